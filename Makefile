@@ -1,0 +1,45 @@
+# Two commands do all the setup on a fresh machine:
+#   make run PAPER=daedal [SCALE=small] [SEEDS=0,1,2]   reproduce one paper
+#   make test                                           unit tests + every paper's smoke run
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PAPER ?= daedal
+SCALE ?= small
+SEEDS ?=
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv run test test-slow lint bench list report clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[dev,hf]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(VENV)/bin/iclr26 run $(PAPER) --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS),)
+
+test: venv
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: venv
+	$(PY) -m pytest -q -m slow
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+list: venv
+	$(VENV)/bin/iclr26 list
+
+report: venv
+	$(VENV)/bin/iclr26 report
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Generic building blocks shared by two or more papers (nothing paper-specific lives here)."""

@@ -1,0 +1,385 @@
+"""Experiments, claims, scales and the registry the CLI reads.
+
+A paper registers exactly one :class:`Experiment` in ``iclr26/<slug>/experiment.py`` as a module
+attribute named ``EXPERIMENT``. The experiment's ``run`` function receives a :class:`RunContext`
+(scale, seeds, output folder, progress bars, user options) and returns a :class:`RunOutput`: every
+metric per seed, and one *measured* value per claim.
+
+A :class:`Claim` is written before any result exists: a statement, the paper's number, a
+human-readable rule and the same rule as code (``check``). The verdict is computed by
+:func:`evaluate_claims` from the measured value alone, so a claim cannot be tuned after the fact
+without changing the code that states it.
+
+Scales:
+
+* ``smoke``: seconds; CI runs it for every paper; checks the pipeline, not the claim.
+* ``small``: at most 10 minutes on 2 CPU cores; shows the paper's claim on several seeds.
+* ``paper``: the paper's real setting (local checkpoints and data, GPUs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCALES: tuple[str, ...] = ("smoke", "small", "paper")
+SCALE_HELP = {
+    "smoke": "seconds; pipeline check run in CI, not the claim",
+    "small": "<= 10 minutes on 2 CPU cores; shows the paper's claim over several seeds",
+    "paper": "the paper's real setting: local checkpoints/data given with --set, GPUs",
+}
+DEFAULT_SEEDS: Mapping[str, tuple[int, ...]] = {"smoke": (0,), "small": (0, 1, 2), "paper": (0,)}
+
+
+class ExperimentError(RuntimeError):
+    """A run that cannot proceed (missing local file, bad option...). The CLI prints it in one line."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A falsifiable statement from the paper, with its pass rule fixed in code.
+
+    name: short id, e.g. ``"C1"``.
+    statement: the claim in words, as in the issue/spec.
+    paper_value: what the paper reports (number, string or dict).
+    rule: the pass rule in words, e.g. ``"daedal_acc >= best_fixed_acc - 3"``.
+    check: the same rule in code: ``check(measured) -> bool``; ``measured`` is whatever the run
+        function returned for this claim (usually a dict of seed-averaged numbers).
+    """
+
+    name: str
+    statement: str
+    paper_value: Any
+    rule: str
+    check: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim after evaluation on one run's measured value."""
+
+    name: str
+    statement: str
+    paper_value: Any
+    measured: Any
+    rule: str
+    passed: bool
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "name": self.name,
+            "statement": self.statement,
+            "paper_value": to_jsonable(self.paper_value),
+            "measured": to_jsonable(self.measured),
+            "rule": self.rule,
+            "passed": bool(self.passed),
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class RunContext:
+    """Everything a run function needs from the outside world.
+
+    scale: one of :data:`SCALES`.
+    seeds: the seeds to run; claims must be evaluated from these, whichever they are.
+    out_dir: the run's folder (figures go here, see :meth:`figure_path`).
+    options: ``--set key=value`` pairs from the command line (strings), e.g. local model paths.
+    device: ``"cpu"`` unless the user asked for another torch device with ``--set device=cuda``.
+    show_progress: whether progress bars are drawn (off in tests).
+    """
+
+    scale: str
+    seeds: tuple[int, ...]
+    out_dir: Path
+    options: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"
+    show_progress: bool = True
+    figures: list[Path] = field(default_factory=list)
+
+    def progress(self, iterable: Iterable | None = None, total: int | None = None, desc: str = ""):
+        """A tqdm progress bar (disabled when ``show_progress`` is False)."""
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, disable=not self.show_progress, leave=False,
+                    dynamic_ncols=True)
+
+    def figure_path(self, name: str) -> Path:
+        """Path for a PNG figure in the run folder; registered so the report links it."""
+        if not name.endswith(".png"):
+            name = name + ".png"
+        path = self.out_dir / name
+        self.figures.append(path)
+        return path
+
+    def option(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        """A ``--set key=value`` option; ``required=True`` raises a one-line ExperimentError."""
+        if key in self.options:
+            return self.options[key]
+        if required:
+            raise ExperimentError(f"scale '{self.scale}' needs --set {key}=... (see the paper's README)")
+        return default
+
+    def local_path(self, key: str) -> Path:
+        """A required ``--set key=PATH`` option that must exist on disk (nothing is downloaded)."""
+        value = self.option(key, required=True)
+        path = Path(str(value)).expanduser()
+        if not path.exists():
+            raise ExperimentError(f"--set {key}={value}: no such file or directory (nothing is downloaded)")
+        return path
+
+
+@dataclass
+class RunOutput:
+    """What a run function returns.
+
+    metrics: every number the report shows, per seed (JSON-serialisable after :func:`to_jsonable`).
+    measured: claim name -> measured value handed to that claim's ``check``.
+    tables: optional markdown tables (title -> markdown) added to report.md.
+    notes: optional free text lines added to report.md.
+    """
+
+    metrics: dict[str, Any]
+    measured: dict[str, Any]
+    tables: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One paper's registered reproduction.
+
+    slug: folder name (``iclr26.<slug>``).
+    title: the paper's title.
+    arxiv: arXiv id.
+    claims: the claims evaluated at the end of every run.
+    run: ``run(ctx: RunContext) -> RunOutput``.
+    scales: the scales this experiment supports.
+    default_seeds: seeds per scale when ``--seeds`` is not given.
+    """
+
+    slug: str
+    title: str
+    arxiv: str
+    claims: tuple[Claim, ...]
+    run: Callable[[RunContext], RunOutput]
+    scales: tuple[str, ...] = SCALES
+    default_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_SEEDS))
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.claims]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.slug}: duplicate claim names {names}")
+        bad = [s for s in self.scales if s not in SCALES]
+        if bad:
+            raise ValueError(f"{self.slug}: unknown scales {bad}; valid: {', '.join(SCALES)}")
+
+    def seeds_for(self, scale: str) -> tuple[int, ...]:
+        return tuple(self.default_seeds.get(scale, DEFAULT_SEEDS[scale]))
+
+
+def evaluate_claims(claims: Sequence[Claim], measured: Mapping[str, Any]) -> list[ClaimResult]:
+    """Apply each claim's fixed rule to its measured value.
+
+    A claim with no measured value, a non-finite measured number, or a check that raises is
+    reported as failed with the reason in ``error``: never silently passed.
+    """
+    results = []
+    for claim in claims:
+        if claim.name not in measured:
+            results.append(ClaimResult(claim.name, claim.statement, claim.paper_value, None, claim.rule,
+                                       False, "not measured by this run"))
+            continue
+        value = measured[claim.name]
+        try:
+            if _has_nan(value):
+                raise ValueError("measured value contains NaN")
+            passed = bool(claim.check(value))
+            err = None
+        except Exception as exc:  # a broken check is a failed claim, reported
+            passed, err = False, f"{type(exc).__name__}: {exc}"
+        results.append(ClaimResult(claim.name, claim.statement, claim.paper_value, value, claim.rule,
+                                   passed, err))
+    return results
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, Mapping):
+        return any(_has_nan(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_nan(v) for v in value)
+    if isinstance(value, np.ndarray | np.floating):
+        return bool(np.isnan(np.asarray(value, dtype=float)).any())
+    return False
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy/torch scalars and arrays, tuples, paths and dataclasses to JSON types."""
+    import dataclasses
+
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return to_jsonable(float(obj))
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if hasattr(obj, "detach") and hasattr(obj, "tolist"):  # torch tensor
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    return repr(obj)
+
+
+def mean_std(values: Sequence[float]) -> dict[str, float]:
+    """Mean, sample std (0 for one value), min and max of per-seed numbers."""
+    arr = np.asarray(list(values), dtype=float)
+    if arr.size == 0:
+        raise ValueError("mean_std of no values")
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "n": int(arr.size),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry: every sub-package of iclr26 with an ``experiment`` module defining EXPERIMENT.
+# --------------------------------------------------------------------------------------------------
+
+_EXTRA: dict[str, Experiment] = {}
+_NOT_PAPERS = {"core", "cli"}
+
+
+def register(experiment: Experiment) -> Experiment:
+    """Register an experiment that does not live in an ``iclr26.<slug>`` package (tests, plugins)."""
+    _EXTRA[experiment.slug] = experiment
+    return experiment
+
+
+def _load_extra_modules() -> None:
+    # ICLR26_EXTRA_EXPERIMENTS="pkg.mod1,pkg.mod2": modules that call register() on import.
+    for mod in filter(None, os.environ.get("ICLR26_EXTRA_EXPERIMENTS", "").split(",")):
+        importlib.import_module(mod.strip())
+
+
+def discover() -> dict[str, Experiment]:
+    """All registered experiments, by slug, sorted. Import errors name the failing paper."""
+    import iclr26
+
+    found: dict[str, Experiment] = {}
+    for info in sorted(pkgutil.iter_modules(iclr26.__path__), key=lambda m: m.name):
+        if not info.ispkg or info.name in _NOT_PAPERS or info.name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(f"iclr26.{info.name}.experiment")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"iclr26.{info.name}.experiment":
+                continue  # a package without a reproduction yet
+            raise
+        exp = getattr(module, "EXPERIMENT", None)
+        if not isinstance(exp, Experiment):
+            raise TypeError(f"iclr26.{info.name}.experiment must define EXPERIMENT = Experiment(...)")
+        found[exp.slug] = exp
+    _load_extra_modules()
+    found.update(_EXTRA)
+    return dict(sorted(found.items()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Running one experiment end to end.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Where a finished run wrote its files, and its evaluated claims."""
+
+    out_dir: Path
+    results: dict[str, Any]
+    claims: list[ClaimResult]
+
+
+def new_run_dir(out_root: Path, slug: str) -> Path:
+    """``out_root/slug/<UTC timestamp>``, with a numeric suffix if that folder exists already."""
+    import datetime as _dt
+
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    base = Path(out_root) / slug
+    path = base / stamp
+    k = 1
+    while path.exists():
+        path = base / f"{stamp}-{k}"
+        k += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = None,
+                   out_root: str | Path = "runs", options: Mapping[str, str] | None = None,
+                   show_progress: bool = True) -> RunRecord:
+    """Run ``exp`` at ``scale``, evaluate its claims, write config/results/report/figures."""
+    import json
+    import time
+
+    from iclr26.core import report
+
+    if scale not in exp.scales:
+        raise ExperimentError(f"{exp.slug} has no scale '{scale}'; valid: {', '.join(exp.scales)}")
+    seeds = tuple(int(s) for s in (seeds if seeds is not None else exp.seeds_for(scale)))
+    options = dict(options or {})
+    out_dir = new_run_dir(Path(out_root), exp.slug)
+    ctx = RunContext(scale=scale, seeds=seeds, out_dir=out_dir, options=options,
+                     device=options.get("device", "cpu"), show_progress=show_progress)
+    config = {"slug": exp.slug, "title": exp.title, "arxiv": exp.arxiv, "scale": scale,
+              "seeds": list(seeds), "options": options}
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    start = time.perf_counter()
+    output = exp.run(ctx)
+    wall = time.perf_counter() - start
+    if not isinstance(output, RunOutput):
+        raise ExperimentError(f"{exp.slug}: run() returned {type(output).__name__}, expected RunOutput")
+    claims = evaluate_claims(exp.claims, output.measured)
+    import datetime as _dt
+
+    results = {
+        "slug": exp.slug,
+        "scale": scale,
+        "seeds": list(seeds),
+        "wall_seconds": round(wall, 3),
+        "claims": [c.to_json() for c in claims],
+        "metrics": to_jsonable(output.metrics),
+        "title": exp.title,
+        "arxiv": exp.arxiv,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "figures": [p.name for p in ctx.figures if p.exists()],
+    }
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    report.write_run_report(out_dir, results, output)
+    return RunRecord(out_dir=out_dir, results=results, claims=claims)

@@ -1,0 +1,225 @@
+"""One training loop for every paper: :func:`fit`.
+
+AdamW, linear warmup then cosine decay to ``min_lr_ratio * lr``, gradient clipping, an eval
+callback, a progress bar, a checkpoint every N steps and exact resume, and DistributedDataParallel
+when started under ``torchrun`` (gloo on CPU, nccl on GPU), unchanged from one process.
+
+Data is a function of the step, ``get_batch(step, rank, world_size) -> batch``. That one choice
+makes resume exact (the batch at step ``t`` does not depend on how we got there) and makes the
+global batch under DDP the concatenation of the ranks' local batches.
+
+Learning rate at step t (0-based), with warmup W and total S::
+
+    lr_t = lr * (t + 1) / W                                         for t < W
+    lr_t = lr * (r + (1 - r) * (1 + cos(pi * (t - W) / (S - W))) / 2) otherwise, r = min_lr_ratio
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings of :func:`fit`.
+
+    steps: total optimiser steps.
+    lr: peak learning rate.
+    weight_decay: AdamW decoupled weight decay (applied to weights with >= 2 dims only).
+    betas: AdamW betas.
+    warmup_steps: linear warmup length.
+    min_lr_ratio: final lr as a fraction of ``lr`` at the end of the cosine.
+    grad_clip: max global grad norm (0 disables).
+    eval_every: call ``eval_fn`` every N steps (0: only at the end).
+    ckpt_every: write a checkpoint every N steps (0: never).
+    log_every: refresh the progress-bar loss every N steps.
+    progress: draw a progress bar.
+    desc: progress-bar label.
+    """
+
+    steps: int = 1000
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 0
+    ckpt_every: int = 0
+    log_every: int = 10
+    progress: bool = True
+    desc: str = "train"
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.lr <= 0 or self.warmup_steps < 0:
+            raise ValueError(f"bad TrainConfig: steps={self.steps}, lr={self.lr}, warmup={self.warmup_steps}")
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """The schedule in the module docstring."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    r = cfg.min_lr_ratio
+    return cfg.lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, norms, or 1-d parameters)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+# --------------------------------------------------------------------------------------------------
+# Distributed helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def setup_distributed() -> tuple[int, int]:
+    """Initialise torch.distributed when started by torchrun (WORLD_SIZE > 1). Returns (rank, world)."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _mean_across_ranks(value: torch.Tensor, world: int) -> float:
+    if world > 1:
+        import torch.distributed as dist
+
+        value = value.detach().clone()
+        dist.all_reduce(value)
+        value /= world
+    return float(value.detach())
+
+
+# --------------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FitResult:
+    """losses: training loss per step (mean over ranks); evals: (step, metrics) pairs."""
+
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    steps: int = 0
+    resumed_from: int | None = None
+
+
+CKPT_NAME = "checkpoint.pt"
+
+
+def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                    result: FitResult, cfg: TrainConfig) -> None:
+    """Atomic write of everything resume needs: weights, optimiser moments, step, RNG state, history."""
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "torch_rng": torch.get_rng_state(),
+        "losses": list(result.losses),
+        "evals": list(result.evals),
+        "config": asdict(cfg),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: Callable[[int, int, int], Any],
+        cfg: TrainConfig, *, eval_fn: Callable[[nn.Module, int], dict[str, Any]] | None = None,
+        ckpt_dir: str | Path | None = None, resume: bool = True,
+        optimizer: torch.optim.Optimizer | None = None) -> FitResult:
+    """Train ``model`` for ``cfg.steps`` steps.
+
+    loss_fn(model, batch) -> scalar loss tensor, or (loss, metrics dict).
+    get_batch(step, rank, world_size) -> this rank's part of the global batch at ``step``.
+    eval_fn(model, step) -> metrics dict; runs under ``torch.no_grad`` in eval mode.
+    ckpt_dir: where ``checkpoint.pt`` is written every ``cfg.ckpt_every`` steps and at the end; with
+        ``resume=True`` an existing checkpoint there is loaded and training continues from it.
+    Under torchrun the model is wrapped in DistributedDataParallel (gradients averaged over ranks);
+    only rank 0 writes checkpoints and draws the progress bar.
+    """
+    from tqdm.auto import tqdm
+
+    rank, world = setup_distributed()
+    optimizer = optimizer or make_optimizer(model, cfg)
+    result = FitResult()
+    start = 0
+    ckpt_path = Path(ckpt_dir) / CKPT_NAME if ckpt_dir is not None else None
+    if ckpt_path is not None and resume and ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        start = int(state["step"])
+        result.losses, result.evals = list(state["losses"]), list(state["evals"])
+        result.resumed_from = start
+
+    train_model = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        train_model = DDP(model)
+
+    def run_eval(step: int) -> None:
+        if eval_fn is None:
+            return
+        model.eval()
+        with torch.no_grad():
+            metrics = eval_fn(model, step)
+        model.train()
+        result.evals.append((step, dict(metrics)))
+
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.desc,
+               disable=not cfg.progress or rank != 0, leave=False, dynamic_ncols=True)
+    model.train()
+    for step in bar:
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = get_batch(step, rank, world)
+        out = loss_fn(train_model, batch)
+        loss = out[0] if isinstance(out, tuple) else out
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        result.losses.append(_mean_across_ranks(loss, world))
+        done = step + 1
+        if cfg.log_every and done % cfg.log_every == 0:
+            bar.set_postfix(loss=f"{result.losses[-1]:.4f}", lr=f"{lr:.2e}")
+        if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
+            run_eval(done)
+        if ckpt_path is not None and cfg.ckpt_every and done % cfg.ckpt_every == 0 and rank == 0:
+            save_checkpoint(ckpt_path, model, optimizer, done, result, cfg)
+    bar.close()
+    if not result.evals or result.evals[-1][0] != cfg.steps:
+        run_eval(cfg.steps)
+    if ckpt_path is not None and rank == 0:
+        save_checkpoint(ckpt_path, model, optimizer, cfg.steps, result, cfg)
+    result.steps = cfg.steps
+    return result

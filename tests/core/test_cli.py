@@ -1,0 +1,110 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iclr26.core.experiment import Claim, evaluate_claims, mean_std, to_jsonable
+
+HERE = Path(__file__).parent
+ENV = {**os.environ, "ICLR26_EXTRA_EXPERIMENTS": "toy_experiment",
+       "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "iclr26.cli", *args], capture_output=True, text=True,
+                          env=ENV, cwd=cwd, timeout=300)
+
+
+def test_help_on_every_command():
+    for args in ([], ["list"], ["run"], ["report"]):
+        r = cli(*args, "--help")
+        assert r.returncode == 0, r.stderr
+        assert "usage: iclr26" in r.stdout
+
+
+def test_list_shows_toy():
+    r = cli("list")
+    assert r.returncode == 0, r.stderr
+    assert any(line.startswith("toy ") and "C1, C2" in line for line in r.stdout.splitlines())
+
+
+def test_run_end_to_end_writes_contract(tmp_path):
+    r = cli("run", "toy", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "1/2 claims passed" in r.stdout
+    (run_dir,) = list((tmp_path / "toy").iterdir())
+    res = json.loads((run_dir / "results.json").read_text())
+    assert set(res) >= {"slug", "scale", "seeds", "wall_seconds", "claims", "metrics"}
+    assert res["slug"] == "toy" and res["scale"] == "smoke" and res["seeds"] == [0, 1]
+    assert isinstance(res["wall_seconds"], float)
+    assert [c["name"] for c in res["claims"]] == ["C1", "C2"]
+    assert [c["passed"] for c in res["claims"]] == [True, False]
+    for c in res["claims"]:
+        assert set(c) >= {"name", "statement", "paper_value", "measured", "rule", "passed"}
+    assert len(res["metrics"]["slope_per_seed"]) == 2
+    assert (run_dir / "report.md").read_text().count("FAIL") == 1
+    assert (run_dir / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((run_dir / "config.json").read_text())["seeds"] == [0, 1]
+    # same seed, same numbers
+    r2 = cli("run", "toy", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path))
+    assert r2.returncode == 0
+    runs = sorted((tmp_path / "toy").iterdir())
+    assert len(runs) == 2
+    res2 = json.loads((runs[1] / "results.json").read_text())
+    assert res2["metrics"] == res["metrics"]
+    # the overview
+    rep = cli("report", "--runs", str(tmp_path))
+    assert rep.returncode == 0, rep.stderr
+    assert "| toy |" in rep.stdout and "1/2" in rep.stdout and "0,1" in rep.stdout
+    assert (tmp_path / "overview.md").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "nope"], "valid: "),
+    (["run", "toy", "--scale", "huge"], "valid: smoke, small, paper"),
+    (["run", "toy", "--seeds", "1,x"], "comma-separated integers"),
+    (["run", "toy", "--seeds", "-1"], "non-negative"),
+    (["run", "toy", "--set", "novalue"], "KEY=VALUE"),
+    (["report", "--runs", "/nonexistent/dir"], "does not exist"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_arguments_exit_2_with_one_line(args, needle):
+    r = cli(*args)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("iclr26: error")]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_unwritable_out_dir(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    target = ro / "sub"
+    if os.access(ro, os.W_OK):  # root ignores permission bits: use a path under a file instead
+        (tmp_path / "afile").write_text("x")
+        target = tmp_path / "afile" / "sub"
+    r = cli("run", "toy", "--scale", "smoke", "--out", str(target))
+    assert r.returncode == 2 and "not writable" in r.stderr
+
+
+def test_claim_evaluation_rules():
+    claims = [Claim("A", "s", 1, "x > 0", lambda m: m > 0), Claim("B", "s", 1, "x > 0", lambda m: m > 0),
+              Claim("C", "s", 1, "boom", lambda m: m["missing"]), Claim("D", "s", 1, "x > 0", lambda m: m > 0)]
+    res = evaluate_claims(claims, {"A": 1.0, "B": float("nan"), "C": {}})
+    assert [r.passed for r in res] == [True, False, False, False]
+    assert "NaN" in res[1].error and "KeyError" in res[2].error and "not measured" in res[3].error
+
+
+def test_mean_std_and_jsonable():
+    import numpy as np
+    import torch
+
+    s = mean_std([1.0, 2.0, 3.0])
+    assert s["mean"] == 2.0 and s["std"] == pytest.approx(1.0) and s["n"] == 3
+    assert mean_std([5.0])["std"] == 0.0
+    out = to_jsonable({"a": np.float32(0.5), "b": torch.tensor([1, 2]), "c": (np.int64(3),), "d": float("inf")})
+    assert out == {"a": 0.5, "b": [1, 2], "c": [3], "d": "inf"}
+    json.dumps(out)
