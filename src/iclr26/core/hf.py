@@ -1,0 +1,354 @@
+"""Hugging Face models and tokenizers from a LOCAL directory only -- nothing is ever downloaded.
+
+Several papers of this project run on small pretrained transformers (e.g. the GRPO papers AT-GRPO,
+AceReason and VTool-R1, and the papers that read or steer activations of HF causal LMs through
+:func:`residual_stream_modules`). Their code loads weights only from a directory made by
+``save_pretrained`` (or fetched by the user beforehand); this module enforces that:
+
+* :func:`load_local_model`, :func:`load_local_tokenizer`, :func:`load_local` check that the path is an
+  existing directory with a ``config.json`` (tokenizers: ``tokenizer_config.json`` / ``tokenizer.json``
+  also do) and raise :class:`FileNotFoundError` otherwise, always pass ``local_files_only=True`` and run
+  with ``HF_HUB_OFFLINE=1`` for the duration of the call.
+* :func:`tiny_random_causal_lm` builds a tiny randomly initialised GPT-2 / Llama / GPT-NeoX model and a
+  byte-level tokenizer entirely in code, for tests across the project.
+* :func:`residual_stream_modules` returns the decoder blocks of common HF causal LMs, for hooks.
+
+``transformers`` is an optional dependency (``pip install 'iclr26[hf]'``); it (and torch) are imported
+lazily inside the functions, so this module imports without them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = [
+    "BYTE_TOKENIZER_SPECIALS",
+    "load_local",
+    "load_local_model",
+    "load_local_tokenizer",
+    "residual_stream_modules",
+    "tiny_byte_tokenizer",
+    "tiny_random_causal_lm",
+]
+
+ModelKind = Literal["causal_lm", "masked_lm", "auto"]
+
+_EXPECTED = "a local directory with config.json, e.g. made by save_pretrained; nothing is downloaded"
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+#: special tokens of :func:`tiny_byte_tokenizer`; they get ids 256, 257, 258 after the 256 byte tokens.
+BYTE_TOKENIZER_SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>")
+
+
+def _require_transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - exercised via sys.modules patching in the tests
+        raise ImportError(
+            "iclr26.core.hf needs the optional dependency transformers: pip install 'iclr26[hf]'"
+        ) from e
+    return transformers
+
+
+def _check_dir(path: str | os.PathLike, what: str, accepted: tuple[str, ...] = ("config.json",)) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise FileNotFoundError(f"{what}: {str(path)!r} is not an existing directory; expected {_EXPECTED}")
+    if not any((p / name).is_file() for name in accepted):
+        raise FileNotFoundError(f"{what}: no {' or '.join(accepted)} in {str(path)!r}; expected {_EXPECTED}")
+    return p.resolve()  # absolute, so it can never be read as a hub repo id
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """Set ``HF_HUB_OFFLINE=1`` (and ``TRANSFORMERS_OFFLINE=1``) for the block, then restore.
+
+    huggingface_hub reads the variable once at import, so its ``constants.HF_HUB_OFFLINE`` is switched
+    too while the block runs. Process-global: don't load models from several threads at once.
+    """
+    saved = {k: os.environ.get(k) for k in _OFFLINE_ENV}
+    hub_constants = None
+    hub_saved = None
+    try:
+        from huggingface_hub import constants as hub_constants
+
+        hub_saved = hub_constants.HF_HUB_OFFLINE
+    except (ImportError, AttributeError):
+        hub_constants = None
+    try:
+        for k in _OFFLINE_ENV:
+            os.environ[k] = "1"
+        if hub_constants is not None:
+            hub_constants.HF_HUB_OFFLINE = True
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if hub_constants is not None:
+            hub_constants.HF_HUB_OFFLINE = hub_saved
+
+
+def _dtype_kwargs(transformers: Any, dtype: Any) -> dict[str, Any]:
+    """``dtype`` is the keyword since transformers 4.56; older versions only know ``torch_dtype``."""
+    import torch
+
+    if dtype is None:
+        dtype = torch.float32
+    elif isinstance(dtype, str) and dtype != "auto":
+        resolved = getattr(torch, dtype, None)
+        if not isinstance(resolved, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r} (use a torch.dtype, its name, or 'auto')")
+        dtype = resolved
+    major, minor = (
+        int("".join(c for c in part if c.isdigit()) or 0)
+        for part in transformers.__version__.split(".")[:2]
+    )
+    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    return {key: dtype}
+
+
+def load_local_model(
+    path: str | os.PathLike,
+    *,
+    kind: ModelKind = "causal_lm",
+    dtype: torch.dtype | str | None = None,
+    device: str | torch.device = "cpu",
+    trust_remote_code: bool = False,
+) -> nn.Module:
+    """Load a model saved with ``save_pretrained`` from the local directory ``path``, in eval mode.
+
+    Args:
+        path: directory containing ``config.json`` and the weights.
+        kind: ``"causal_lm"`` (``AutoModelForCausalLM``), ``"masked_lm"`` (``AutoModelForMaskedLM``) or
+            ``"auto"``: pick from ``config.architectures`` (``*ForCausalLM`` / ``*LMHeadModel`` -> causal
+            LM, ``*ForMaskedLM`` -> masked LM, anything else -> the bare ``AutoModel``).
+        dtype: ``None`` -> float32 (the same on every transformers version), a ``torch.dtype`` or its name
+            (``"bfloat16"``), or ``"auto"`` for the dtype stored in the checkpoint.
+        device: where to move the model after loading.
+        trust_remote_code: passed through (custom modelling code is then run *from the local directory*).
+
+    Raises:
+        FileNotFoundError: ``path`` is not an existing directory with a ``config.json``.
+        ImportError: transformers is not installed.
+    """
+    root = _check_dir(path, "load_local_model")
+    transformers = _require_transformers()
+    if kind not in ("causal_lm", "masked_lm", "auto"):
+        raise ValueError(f"kind must be 'causal_lm', 'masked_lm' or 'auto', got {kind!r}")
+    kwargs = {"local_files_only": True, "trust_remote_code": trust_remote_code}
+    kwargs.update(_dtype_kwargs(transformers, dtype))
+    with _offline():
+        if kind == "auto":
+            config = transformers.AutoConfig.from_pretrained(
+                str(root), local_files_only=True, trust_remote_code=trust_remote_code
+            )
+            archs = list(getattr(config, "architectures", None) or [])
+            if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+                kind = "causal_lm"
+            elif any(a.endswith("ForMaskedLM") for a in archs):
+                kind = "masked_lm"
+        auto_cls = {
+            "causal_lm": transformers.AutoModelForCausalLM,
+            "masked_lm": transformers.AutoModelForMaskedLM,
+            "auto": transformers.AutoModel,
+        }[kind]
+        model = auto_cls.from_pretrained(str(root), **kwargs)
+    return model.to(device).eval()
+
+
+def load_local_tokenizer(path: str | os.PathLike, *, trust_remote_code: bool = False) -> Any:
+    """Load a tokenizer saved with ``save_pretrained`` from the local directory ``path``.
+
+    The directory must hold ``tokenizer_config.json``, ``tokenizer.json`` or ``config.json``; raises
+    :class:`FileNotFoundError` otherwise and :class:`ImportError` without transformers.
+    """
+    accepted = ("tokenizer_config.json", "tokenizer.json", "config.json")
+    root = _check_dir(path, "load_local_tokenizer", accepted)
+    transformers = _require_transformers()
+    with _offline():
+        return transformers.AutoTokenizer.from_pretrained(
+            str(root), local_files_only=True, trust_remote_code=trust_remote_code
+        )
+
+
+def load_local(
+    path: str | os.PathLike,
+    *,
+    kind: ModelKind = "causal_lm",
+    dtype: torch.dtype | str | None = None,
+    device: str | torch.device = "cpu",
+    trust_remote_code: bool = False,
+) -> tuple[nn.Module, Any]:
+    """``(load_local_model(path, ...), load_local_tokenizer(path))``; the directory needs ``config.json``."""
+    _check_dir(path, "load_local")
+    model = load_local_model(path, kind=kind, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    tokenizer = load_local_tokenizer(path, trust_remote_code=trust_remote_code)
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------------
+# tiny random models for tests
+# --------------------------------------------------------------------------------------------------
+
+
+def _byte_to_char() -> dict[int, str]:
+    """Reversible map of the 256 byte values to printable unicode characters (byte-level BPE convention).
+
+    Printable latin-1 bytes map to themselves; the other bytes go, in order, to code points 256, 257, ...
+    """
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]  # '!'..'~', '¡'..'¬', '®'..'ÿ'
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def tiny_byte_tokenizer() -> Any:
+    """A byte-level tokenizer built in code: ids 0..255 are the bytes, then :data:`BYTE_TOKENIZER_SPECIALS`.
+
+    It round-trips any text exactly (259 tokens, no merges, no unknown token). Returns a
+    ``PreTrainedTokenizerFast`` with ``pad``/``bos``/``eos`` tokens set.
+    """
+    transformers = _require_transformers()
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    b2c = _byte_to_char()
+    vocab = {b2c[b]: b for b in range(256)}
+    for i, tok in enumerate(BYTE_TOKENIZER_SPECIALS):
+        vocab[tok] = 256 + i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(BYTE_TOKENIZER_SPECIALS))
+    pad, bos, eos = BYTE_TOKENIZER_SPECIALS
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=pad, bos_token=bos, eos_token=eos, model_max_length=1024
+    )
+
+
+def tiny_random_causal_lm(
+    save_dir: str | os.PathLike | None = None,
+    vocab_size: int | None = None,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    *,
+    arch: Literal["gpt2", "llama", "gpt_neox"] = "gpt2",
+    max_positions: int = 128,
+    seed: int = 0,
+) -> tuple[nn.Module, Any]:
+    """A tiny randomly initialised causal LM and its byte-level tokenizer, built without any download.
+
+    Args:
+        save_dir: if given, model and tokenizer are written there with ``save_pretrained`` (loadable with
+            :func:`load_local`).
+        vocab_size: model vocabulary; ``None`` = the tokenizer's 259 tokens (must be >= 259).
+        hidden, layers, heads: width, depth and attention heads (``hidden % heads == 0``).
+        arch: ``"gpt2"`` (GPT2LMHeadModel), ``"llama"`` (LlamaForCausalLM) or ``"gpt_neox"``.
+        max_positions: maximum sequence length.
+        seed: the weights are a function of the seed only; the global torch RNG is left untouched.
+
+    Returns:
+        ``(model, tokenizer)``, model in eval mode, float32, on CPU, dropout 0, default attention.
+    """
+    import torch
+
+    transformers = _require_transformers()
+    tokenizer = tiny_byte_tokenizer()
+    n_tok = len(tokenizer)
+    vocab_size = n_tok if vocab_size is None else int(vocab_size)
+    if vocab_size < n_tok:
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the byte tokenizer ({n_tok} tokens)")
+    if hidden % heads != 0:
+        raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if arch == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=vocab_size, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=max_positions,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
+        )
+        model_cls = transformers.GPT2LMHeadModel
+    elif arch == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
+            attention_dropout=0.0, **ids,
+        )
+        model_cls = transformers.LlamaForCausalLM
+    elif arch == "gpt_neox":
+        config = transformers.GPTNeoXConfig(
+            vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, max_position_embeddings=max_positions, hidden_dropout=0.0,
+            attention_dropout=0.0, **ids,
+        )
+        model_cls = transformers.GPTNeoXForCausalLM
+    else:
+        raise ValueError(f"arch must be 'gpt2', 'llama' or 'gpt_neox', got {arch!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model = model.float().eval()
+    if save_dir is not None:
+        save_dir = Path(save_dir)
+        save_dir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(save_dir)
+        tokenizer.save_pretrained(save_dir)
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------------
+# decoder blocks (for activation hooks)
+# --------------------------------------------------------------------------------------------------
+
+# attribute paths of the decoder-block ModuleList, tried in order (LM-head model first, then bare model)
+_BLOCK_PATHS = (
+    ("transformer", "h"),  # GPT-2, GPT-J, GPT-Neo, BLOOM, Falcon
+    ("model", "layers"),  # Llama, Mistral, Qwen2/3, Gemma, Phi-3, OLMo
+    ("gpt_neox", "layers"),  # GPT-NeoX, Pythia
+    ("model", "decoder", "layers"),  # OPT
+    ("h",),  # bare GPT2Model & co.
+    ("layers",),  # bare LlamaModel / GPTNeoXModel & co.
+)
+
+
+def residual_stream_modules(model: nn.Module) -> list[nn.Module]:
+    """The decoder blocks, in order, of a common HF causal LM (their outputs are the residual stream).
+
+    Looks for a ``torch.nn.ModuleList`` at ``transformer.h`` (GPT-2 family), ``model.layers``
+    (Llama / Mistral / Qwen / Gemma), ``gpt_neox.layers`` (GPT-NeoX / Pythia), ``model.decoder.layers``
+    (OPT), or ``h`` / ``layers`` on a bare base model. Raises :class:`ValueError` naming the model class
+    when none is found.
+    """
+    from torch import nn
+
+    for attr_path in _BLOCK_PATHS:
+        obj: Any = model
+        for name in attr_path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList) and len(obj) > 0:
+            return list(obj)
+    known = ", ".join(".".join(p) for p in _BLOCK_PATHS)
+    raise ValueError(
+        f"residual_stream_modules: don't know where the decoder blocks of {type(model).__name__} are "
+        f"(looked for a ModuleList at {known})"
+    )
