@@ -202,7 +202,7 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
         out = loss_fn(train_model, batch)
         loss = out[0] if isinstance(out, tuple) else out
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}")
+            raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
