@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_list() -> int:
-    from iclr26.core.experiment import discover
+    from iclr26.core.experiment import LOAD_ERRORS, discover
 
     exps = discover()
     if not exps:
@@ -84,14 +84,19 @@ def _cmd_list() -> int:
     for slug, exp in exps.items():
         claims = ", ".join(c.name for c in exp.claims)
         print(f"{slug:14s} {exp.title}  [arXiv {exp.arxiv}]  claims: {claims}")
+    for slug, err in LOAD_ERRORS.items():
+        print(f"iclr26: warning: paper '{slug}' failed to load: {err}", file=sys.stderr)
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from iclr26.core.experiment import discover, run_experiment
+    from iclr26.core.experiment import LOAD_ERRORS, discover, run_experiment
     from iclr26.core.report import print_claims
 
     exps = discover()
+    if args.slug in LOAD_ERRORS:
+        print(f"iclr26: error: paper '{args.slug}' failed to load: {LOAD_ERRORS[args.slug]}", file=sys.stderr)
+        return 1
     if args.slug not in exps:
         valid = ", ".join(exps) or "(none registered)"
         print(f"iclr26: error: unknown paper '{args.slug}'; valid: {valid}", file=sys.stderr)

@@ -108,3 +108,13 @@ def test_mean_std_and_jsonable():
     out = to_jsonable({"a": np.float32(0.5), "b": torch.tensor([1, 2]), "c": (np.int64(3),), "d": float("inf")})
     assert out == {"a": 0.5, "b": [1, 2], "c": [3], "d": "inf"}
     json.dumps(out)
+
+
+def test_every_paper_package_loads():
+    """strict discovery: a paper whose experiment module is broken fails here, not silently."""
+    from iclr26.core.experiment import discover
+
+    exps = discover(strict=True)
+    for slug, exp in exps.items():
+        assert exp.claims, f"{slug} registers no claims"
+        assert "smoke" in exp.scales and "small" in exp.scales

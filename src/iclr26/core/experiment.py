@@ -289,23 +289,41 @@ def _load_extra_modules() -> None:
         importlib.import_module(mod.strip())
 
 
-def discover() -> dict[str, Experiment]:
-    """All registered experiments, by slug, sorted. Import errors name the failing paper."""
+LOAD_ERRORS: dict[str, str] = {}
+"""Papers whose experiment module failed to import in the last :func:`discover` (slug -> error)."""
+
+
+def discover(strict: bool = False) -> dict[str, Experiment]:
+    """All registered experiments, by slug, sorted.
+
+    A paper whose experiment module fails to import is left out and its error recorded in
+    :data:`LOAD_ERRORS` (one broken paper must not take the CLI down for the others); with
+    ``strict=True`` the error is raised instead.
+    """
     import iclr26
 
     found: dict[str, Experiment] = {}
+    LOAD_ERRORS.clear()
     for info in sorted(pkgutil.iter_modules(iclr26.__path__), key=lambda m: m.name):
         if not info.ispkg or info.name in _NOT_PAPERS or info.name.startswith("_"):
             continue
         try:
             module = importlib.import_module(f"iclr26.{info.name}.experiment")
+            exp = getattr(module, "EXPERIMENT", None)
+            if not isinstance(exp, Experiment):
+                raise TypeError(f"iclr26.{info.name}.experiment must define EXPERIMENT = Experiment(...)")
         except ModuleNotFoundError as exc:
             if exc.name == f"iclr26.{info.name}.experiment":
                 continue  # a package without a reproduction yet
-            raise
-        exp = getattr(module, "EXPERIMENT", None)
-        if not isinstance(exp, Experiment):
-            raise TypeError(f"iclr26.{info.name}.experiment must define EXPERIMENT = Experiment(...)")
+            if strict:
+                raise
+            LOAD_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        except Exception as exc:
+            if strict:
+                raise
+            LOAD_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            continue
         found[exp.slug] = exp
     _load_extra_modules()
     found.update(_EXTRA)
