@@ -1,0 +1,268 @@
+"""Continual-learning datasets: a sequence of tasks, each owning a disjoint set of classes.
+
+Labels are remapped to the order in which classes arrive, so task ``t`` of ``K`` classes owns
+labels ``t*K .. t*K+K-1`` (this is what a class-incremental single head and a multi-head TIL
+network both index by). Every tensor lives in memory; buffers store *indices* into ``x_train``.
+
+Sources:
+
+* :func:`split_digits`: scikit-learn's bundled ``load_digits`` (1,797 8x8 images), standardised,
+  stratified 70/30 split, 5 tasks x 2 classes, class order permuted by the seed (spec section 6).
+* :func:`orthogonal_subspace_tasks`: the synthetic stress test of spec section 6: 10 classes in
+  R^100, each task's class means in its own random 4-d subspace (norm 4 sigma), isotropic noise
+  sigma = 1 plus a shared high-variance nuisance subspace, 300 samples per class.
+* :func:`load_npz_tasks`: user features/labels from local ``.npz`` files (paper scale).
+* :func:`load_image_folder`: an image-folder dataset on local disk (``root/train/<class>/*.png``,
+  ``root/test/<class>/*.png``), e.g. CIFAR-100 exported to PNG (paper scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ContinualData:
+    """A task sequence held in memory.
+
+    x_train, x_test: inputs (N, ...) float tensors.
+    y_train, y_test: labels (N,) int64, remapped to arrival order (task t owns a contiguous block).
+    t_train, t_test: task id of every sample (N,) int64.
+    task_classes: ``task_classes[t]`` = the labels task t owns.
+    name: a short name for tables.
+    """
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    t_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    t_test: torch.Tensor
+    task_classes: list[list[int]]
+    name: str = "data"
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            x, y, t = (getattr(self, f"{k}_{split}") for k in ("x", "y", "t"))
+            if not (len(x) == len(y) == len(t)):
+                raise ValueError(f"{self.name}: {split} sizes differ: x={len(x)}, y={len(y)}, t={len(t)}")
+            if len(y) == 0:
+                raise ValueError(f"{self.name}: empty {split} split")
+        seen: set[int] = set()
+        for t, cls in enumerate(self.task_classes):
+            if not cls or seen & set(cls):
+                raise ValueError(f"{self.name}: task {t} classes {cls} are empty or overlap an earlier task")
+            seen |= set(cls)
+        if seen != set(range(len(seen))):
+            raise ValueError(f"{self.name}: labels must be 0..C-1 in arrival order, got {sorted(seen)}")
+        owner = torch.full((len(seen),), -1, dtype=torch.long)
+        for t, cls in enumerate(self.task_classes):
+            owner[cls] = t
+        for split in ("train", "test"):
+            y, t = getattr(self, f"y_{split}"), getattr(self, f"t_{split}")
+            if y.min() < 0 or y.max() >= len(seen) or not torch.equal(owner[y], t):
+                raise ValueError(f"{self.name}: {split} task ids do not match the labels' tasks")
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.task_classes)
+
+    @property
+    def n_classes(self) -> int:
+        return sum(len(c) for c in self.task_classes)
+
+    def class_indices(self, c: int, split: str = "train") -> np.ndarray:
+        """Indices of class ``c`` in ``split`` (dataset order)."""
+        y = self.y_train if split == "train" else self.y_test
+        return np.flatnonzero(y.numpy() == c)
+
+    def task_indices(self, t: int | list[int], split: str = "train") -> np.ndarray:
+        """Indices of the samples of task ``t`` (or of several tasks) in ``split``."""
+        tt = (self.t_train if split == "train" else self.t_test).numpy()
+        return np.flatnonzero(np.isin(tt, np.atleast_1d(t)))
+
+
+def _tasks_from_labels(x_tr, y_tr, x_te, y_te, n_tasks: int, order: np.ndarray, name: str) -> ContinualData:
+    """Remap labels so ``order[k]`` becomes k, split classes into ``n_tasks`` equal consecutive tasks."""
+    n_classes = len(order)
+    if n_classes % n_tasks:
+        raise ValueError(f"{name}: {n_classes} classes do not split into {n_tasks} equal tasks")
+    k = n_classes // n_tasks
+    remap = np.empty(int(order.max()) + 1, dtype=np.int64)
+    remap[order] = np.arange(n_classes)
+    y_tr, y_te = remap[y_tr], remap[y_te]
+    return ContinualData(
+        x_train=torch.as_tensor(x_tr, dtype=torch.float32), y_train=torch.as_tensor(y_tr),
+        t_train=torch.as_tensor(y_tr // k), x_test=torch.as_tensor(x_te, dtype=torch.float32),
+        y_test=torch.as_tensor(y_te), t_test=torch.as_tensor(y_te // k),
+        task_classes=[list(range(t * k, (t + 1) * k)) for t in range(n_tasks)], name=name)
+
+
+def _stratified_split(y: np.ndarray, test_frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    tr, te = [], []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n_te = int(round(test_frac * len(idx)))
+        te.append(idx[:n_te])
+        tr.append(idx[n_te:])
+    return np.sort(np.concatenate(tr)), np.sort(np.concatenate(te))
+
+
+def split_digits(seed: int, n_tasks: int = 5, test_frac: float = 0.3, permute_classes: bool = True) -> ContinualData:
+    """Split-digits: ``load_digits`` standardised (train statistics), 70/30 stratified, 5 tasks x 2 classes."""
+    from sklearn.datasets import load_digits
+
+    rng = np.random.default_rng(seed)
+    x, y = load_digits(return_X_y=True)
+    tr, te = _stratified_split(y, test_frac, rng)
+    mu, sd = x[tr].mean(0), x[tr].std(0)
+    sd[sd == 0] = 1.0  # constant border pixels
+    x = (x - mu) / sd
+    order = rng.permutation(10) if permute_classes else np.arange(10)
+    return _tasks_from_labels(x[tr], y[tr], x[te], y[te], n_tasks, order, "split-digits")
+
+
+def orthogonal_subspace_tasks(seed: int, n_tasks: int = 5, classes_per_task: int = 2, dim: int = 100,
+                              subspace_dim: int = 4, mean_norm: float = 4.0, noise: float = 1.0,
+                              nuisance_dim: int = 10, nuisance_std: float = 2.0, n_per_class: int = 300,
+                              test_frac: float = 0.3) -> ContinualData:
+    """Synthetic tasks whose class means live in mutually orthogonal subspaces.
+
+    x = Q_t v_c + sigma * eps + N z,  eps ~ N(0, I_dim),  z ~ N(0, s^2 I_nuisance)
+    with Q_t (dim x subspace_dim) orthonormal and orthogonal to every other task's Q and to the
+    nuisance basis N, and v_c of norm ``mean_norm`` (4 sigma), the classes of a task along orthogonal
+    directions of its subspace (so every pair of classes is 4 sqrt(2) sigma apart). A feature map must use
+    *different input directions* for each task, so deep forgetting without replay is non-trivial by construction.
+    """
+    need = n_tasks * subspace_dim + nuisance_dim
+    if need > dim:
+        raise ValueError(f"dim={dim} too small for {n_tasks} x {subspace_dim}-d subspaces + {nuisance_dim} nuisance")
+    rng = np.random.default_rng(10_000 + seed)
+    basis, _ = np.linalg.qr(rng.standard_normal((dim, need)))
+    nuis = basis[:, n_tasks * subspace_dim:]
+    xs, ys = [], []
+    for t in range(n_tasks):
+        q = basis[:, t * subspace_dim:(t + 1) * subspace_dim]
+        # the task's class means: mutually orthogonal directions of the subspace, norm mean_norm
+        # (random directions can land close together and make a task nearly inseparable)
+        rot, _ = np.linalg.qr(rng.standard_normal((subspace_dim, subspace_dim)))
+        for k in range(classes_per_task):
+            v = mean_norm * rot[:, k % subspace_dim]
+            n = n_per_class
+            iso = noise * rng.standard_normal((n, dim))
+            nuisance = nuisance_std * rng.standard_normal((n, nuisance_dim)) @ nuis.T
+            x = q @ v + iso + nuisance
+            xs.append(x)
+            ys.append(np.full(n, t * classes_per_task + k))
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    tr, te = _stratified_split(y, test_frac, rng)
+    order = np.arange(n_tasks * classes_per_task)  # the construction is already random per seed
+    return _tasks_from_labels(x[tr], y[tr], x[te], y[te], n_tasks, order, "orthogonal-subspaces")
+
+
+def load_npz_tasks(path: str | Path, n_tasks: int | None = None, seed: int = 0, permute_classes: bool = False,
+                   name: str | None = None) -> ContinualData:
+    """Tasks from local ``.npz`` files.
+
+    ``path`` is either one ``.npz`` with arrays ``x_train, y_train, x_test, y_test`` (classes are split
+    into ``n_tasks`` equal consecutive tasks, after an optional seeded permutation), or a folder of
+    ``task*.npz`` files (sorted by name), one per task, each with those four arrays; there every
+    task's labels must be disjoint from the other tasks' labels.
+    """
+    path = Path(path)
+    keys = ("x_train", "y_train", "x_test", "y_test")
+
+    def read(p: Path) -> dict[str, np.ndarray]:
+        with np.load(p) as z:
+            missing = [k for k in keys if k not in z.files]
+            if missing:
+                raise ValueError(f"{p}: missing arrays {missing} (need {', '.join(keys)})")
+            return {k: np.asarray(z[k]) for k in keys}
+
+    if path.is_dir():
+        files = sorted(path.glob("task*.npz"))
+        if not files:
+            raise ValueError(f"{path}: no task*.npz files")
+        parts = [read(f) for f in files]
+        order: list[int] = []
+        for p in parts:
+            order += [int(c) for c in np.unique(p["y_train"])]
+        if len(set(order)) != len(order):
+            raise ValueError(f"{path}: tasks share labels")
+        cat = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        sizes = {len(np.unique(p["y_train"])) for p in parts}
+        if len(sizes) != 1:
+            raise ValueError(f"{path}: tasks have different numbers of classes {sorted(sizes)}")
+        n_tasks = len(parts)
+        order_arr = np.asarray(order)
+    else:
+        cat = read(path)
+        classes = np.unique(cat["y_train"])
+        if n_tasks is None:
+            raise ValueError("a single .npz needs n_tasks")
+        order_arr = np.random.default_rng(seed).permutation(classes) if permute_classes else classes
+    if set(np.unique(cat["y_test"])) - set(order_arr.tolist()):
+        raise ValueError(f"{path}: test labels not present in train labels")
+    x_tr = cat["x_train"].reshape(len(cat["x_train"]), -1) if cat["x_train"].ndim == 1 else cat["x_train"]
+    x_te = cat["x_test"].reshape(len(cat["x_test"]), -1) if cat["x_test"].ndim == 1 else cat["x_test"]
+    return _tasks_from_labels(x_tr, cat["y_train"].astype(np.int64), x_te, cat["y_test"].astype(np.int64), n_tasks,
+                              order_arr, name or path.stem)
+
+
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
+
+
+def load_image_folder(root: str | Path, n_tasks: int, seed: int = 0, permute_classes: bool = True,
+                      image_size: int | None = None, name: str | None = None) -> ContinualData:
+    """An image-folder dataset: ``root/{train,test}/<class name>/<image>`` (e.g. CIFAR-100 as PNGs).
+
+    Images are loaded into memory as float tensors in [0, 1], normalised per channel with the train
+    mean/std, shape (N, 3, H, W). Class names are sorted; the order is permuted by the seed
+    (``--permute_classes=1`` in the official code) and split into ``n_tasks`` equal tasks.
+    """
+    from PIL import Image
+
+    root = Path(root)
+    splits = {}
+    for split in ("train", "test"):
+        d = root / split
+        if not d.is_dir():
+            raise ValueError(f"{root}: no '{split}' folder (expected root/train/<class>/*.png and root/test/...)")
+        splits[split] = sorted(p for p in d.iterdir() if p.is_dir())
+    names = [p.name for p in splits["train"]]
+    if [p.name for p in splits["test"]] != names:
+        raise ValueError(f"{root}: train and test class folders differ")
+    if not names:
+        raise ValueError(f"{root}: no class folders")
+
+    def load(split: str) -> tuple[np.ndarray, np.ndarray]:
+        xs, ys = [], []
+        for c, folder in enumerate(splits[split]):
+            files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTS)
+            if not files:
+                raise ValueError(f"{folder}: no images")
+            for f in files:
+                with Image.open(f) as im:
+                    im = im.convert("RGB")
+                    if image_size is not None:
+                        im = im.resize((image_size, image_size))
+                    xs.append(np.asarray(im, dtype=np.uint8))
+                ys.append(c)
+        shapes = {a.shape for a in xs}
+        if len(shapes) != 1:
+            raise ValueError(f"{root}/{split}: images have different sizes {sorted(shapes)}; pass image_size")
+        return np.stack(xs), np.asarray(ys, dtype=np.int64)
+
+    x_tr, y_tr = load("train")
+    x_te, y_te = load("test")
+    x_tr = x_tr.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    x_te = x_te.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    mu = x_tr.mean(axis=(0, 2, 3), keepdims=True)
+    sd = x_tr.std(axis=(0, 2, 3), keepdims=True) + 1e-8
+    x_tr, x_te = (x_tr - mu) / sd, (x_te - mu) / sd
+    order = np.random.default_rng(seed).permutation(len(names)) if permute_classes else np.arange(len(names))
+    return _tasks_from_labels(x_tr, y_tr, x_te, y_te, n_tasks, order, name or root.name)
