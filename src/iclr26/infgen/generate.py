@@ -1,0 +1,328 @@
+"""Autoregressive scene generation with state-forcing, agent insertion and eviction (spec sections 3.5, 3.7).
+
+Per step t (dt = 0.5 s):
+
+1. <TL>_t: the light states (forced from the log, or sampled from the previous step's TL head).
+2. at even t, the <AS> block: seq-sos; every existing agent **state-forced** (SOA, TYPE, MS, RS recomputed
+   from its current simulated state, nothing sampled); then new agents, each sampled TYPE -> MS -> RS
+   (8 fields, autoregressive), with **reject sampling**: a new box that overlaps an existing one is rolled
+   back and resampled (<= 5 tries, then the insertion stops); then SOA_end and seq-eos.
+   How many agents are inserted (``insertion``):
+
+   * ``"released"`` (default, the released code's behaviour): the caller gives the count. Here, per block,
+     ``min(max_insert_per_block, density_target - current count)`` agents, ``density_target`` drawn from the
+     training distribution of agent counts.
+   * ``"learned"`` (our extension): keep inserting until the type head at the SOA slot samples EOS (or the
+     slot cap is reached).
+   * ``"off"``: no insertion (the static-initialisation / SceneStreamer-Motion baseline).
+3. <MO>_t for every agent: its next action a_{t+1} is sampled (top-p 0.95, temperature 1) and the bicycle
+   step applied.
+4. Eviction: agents outside the map boundary, or > 10 m from every lane point, are removed.
+
+A KV cache holds the keys/values of the last ``window`` steps; since the attention mask already hides
+older keys, dropping them changes no output (tested: incremental = teacher-forced logits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from iclr26.infgen.metrics import box_corners, boxes_overlap
+from iclr26.infgen.model import InfGenModel, KVCache, MapContext, collate, collate_maps
+from iclr26.infgen.tokenizer import (
+    END_UID_BASE,
+    EOS_TYPE,
+    SceneTokenizer,
+    TokenBuilder,
+    relative_state,
+    select_map_segment,
+    state_from_relative,
+)
+from iclr26.infgen.world import Scene, align_to_even_steps
+
+INSERTION_MODES = ("released", "learned", "off")
+
+
+def top_p_sample(logits: torch.Tensor, p: float, temperature: float, gen: torch.Generator) -> torch.Tensor:
+    """Nucleus sampling over the last dim (p = 1 is plain softmax sampling)."""
+    probs = torch.softmax(logits.detach().float().cpu() / max(temperature, 1e-6), -1)
+    if p < 1.0:
+        sp, si = probs.sort(-1, descending=True)
+        keep = sp.cumsum(-1) - sp < p
+        keep[..., 0] = True
+        sp = sp * keep
+        probs = torch.zeros_like(probs).scatter(-1, si, sp)
+    probs = probs / probs.sum(-1, keepdim=True)
+    return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen).reshape(probs.shape[:-1])
+
+
+@dataclass
+class _Agent:
+    uid: int
+    slot: int
+    atype: int
+    state: np.ndarray  # x, y, psi, v
+    size: np.ndarray  # l, w, h
+    action: int  # input action of its next MO token
+    first: int
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Generation switches.
+
+    insertion: "released" (caller count toward a density target; default), "learned" (EOS token; ours) or "off".
+    max_insert_per_block: cap of the released mode per <AS> block.
+    reject_sampling: TG_REJECT_SAMPLING; max_tries: resampling attempts.
+    top_p, temperature: motion sampling (0.95, 1.0).
+    force_steps: steps forced from the seed log (3 = 1 s at 2 Hz).
+    evict_distance: eviction distance from every lane point (10 m).
+    max_agents: cap on simultaneous agents (slots minus reserve).
+    """
+
+    insertion: str = "released"
+    max_insert_per_block: int = 2
+    reject_sampling: bool = True
+    max_tries: int = 5
+    top_p: float = 0.95
+    temperature: float = 1.0
+    force_steps: int = 3
+    evict_distance: float = 10.0
+    max_agents: int = 24
+
+    def __post_init__(self) -> None:
+        if self.insertion not in INSERTION_MODES:
+            raise ValueError(f"insertion must be one of {INSERTION_MODES}, got {self.insertion!r}")
+        if not 0 < self.top_p <= 1 or self.force_steps < 1:
+            raise ValueError(f"bad RolloutConfig: top_p={self.top_p}, force_steps={self.force_steps}")
+
+
+class Generator:
+    """Rollouts of any horizon from a seed log with a trained :class:`InfGenModel`."""
+
+    def __init__(self, model: InfGenModel, tokenizer: SceneTokenizer, device: str | torch.device = "cpu"):
+        self.model, self.tok, self.device = model, tokenizer, device
+        self.n_calls = 0
+
+    # -- low level --------------------------------------------------------------------------------
+    def _feed(self, rows: list[dict], mc: MapContext, cache: KVCache, builder: TokenBuilder) -> torch.Tensor:
+        builder.rows = rows
+        seq = builder.to_seq()
+        b = collate([seq], device=self.device, seq_offset=self._seq)
+        self._seq += len(rows)
+        self.n_calls += 1
+        return self.model.extend(b, mc, cache)[0]
+
+    @torch.no_grad()
+    def rollout(self, seed: Scene, horizon: int, cfg: RolloutConfig = RolloutConfig(), *,
+                density_target: int | None = None, rng: np.random.Generator | None = None,
+                force_all: bool = False) -> Scene:
+        """Generate ``horizon`` steps. The first ``cfg.force_steps`` steps (all of them if ``force_all``) are
+        state-forced from ``seed``; returns the whole generated log as a :class:`Scene`."""
+        if cfg.insertion == "released" and density_target is None and not force_all:
+            raise ValueError("insertion='released' needs density_target (the caller-given agent count)")
+        if force_all and horizon > seed.T:
+            raise ValueError(f"force_all needs horizon <= seed length ({horizon} > {seed.T})")
+        rng = rng or np.random.default_rng(0)
+        gen = torch.Generator().manual_seed(int(rng.integers(2 ** 31)))
+        self.model.eval()
+        seed = align_to_even_steps(seed)
+        actions, recon = self.tok.motion.tokenize(seed)
+        first = np.where(seed.valid.any(0), seed.valid.argmax(0), seed.T)
+        map_ = seed.map
+        mc = self.model.encode_map(collate_maps([map_], device=self.device))
+        cache = KVCache()
+        builder = TokenBuilder(map_, self.tok.motion, self.tok.buckets)
+        self._seq = 0
+        W = self.model.cfg.window
+        n_slots = self.model.cfg.n_slots
+        slot_free_at = np.full(n_slots, -10 ** 9)
+        agents: dict[int, _Agent] = {}
+        next_uid = int(seed.uid.max()) + 1 if seed.A else 0
+        log_rows, tl_log, meta = [], [], {}
+        tl_cur = seed.tl[0].copy()
+        col = {int(u): j for j, u in enumerate(seed.uid)}
+
+        def free_slot(t):
+            used = {a.slot for a in agents.values()}
+            cands = [s for s in range(n_slots) if s not in used and slot_free_at[s] <= t - W]
+            return int(rng.choice(cands)) if cands else None
+
+        for t in range(horizon):
+            forced = force_all or t < cfg.force_steps
+            cache.prune(t - W + 1)
+            # ---- 1. traffic lights ----
+            if forced and t < seed.T:
+                tl_cur = seed.tl[t].copy()
+            rows = []
+            for k in range(len(tl_cur)):
+                builder.rows = []
+                rows.append(builder.tl(t, k, tl_cur[k]))
+            h = self._feed(rows, mc, cache, builder)
+            tl_next = top_p_sample(self.model.tl_head(h), 1.0, 1.0, gen).numpy()
+            # ---- 2. agent-state block ----
+            if t % self.tok.as_every == 0 and self.tok.with_as:
+                if forced:  # agents that appear in the log now are re-seeded from ground truth
+                    for a in np.flatnonzero(seed.valid[t] & (first == t)):
+                        u = int(seed.uid[a])
+                        s = free_slot(t)
+                        if s is None:
+                            continue
+                        agents[u] = _Agent(u, s, int(seed.types[a]), recon[t, a].copy(), seed.size[a].copy(),
+                                           self.tok.motion.start, t)
+                order = sorted(agents.values(), key=lambda a: (a.first == t, a.first, a.uid))
+                rows = [builder.sos(t)]
+                if order:
+                    xy = np.stack([a.state[:2] for a in order])
+                    psi = np.array([a.state[2] for a in order])
+                    seg = select_map_segment(map_, xy, psi)
+                    rsv = relative_state(map_, seg, np.stack([a.state for a in order]),
+                                         np.stack([a.size for a in order]))
+                    for j, a in enumerate(order):
+                        rows += [builder.soa(t, a.uid, a.slot), builder.type_(t, a.uid, a.slot, a.atype),
+                                 builder.ms(t, a.uid, a.slot, a.atype, seg[j]),
+                                 builder.rs(t, a.uid, a.slot, a.atype, rsv[j], a.state)]
+                self._feed(rows, mc, cache, builder)
+                if not forced:
+                    next_uid = self._insert(t, agents, mc, cache, builder, cfg, density_target, gen, free_slot,
+                                            next_uid)
+                else:
+                    s = free_slot(t)
+                    self._feed([builder.soa(t, END_UID_BASE + t, 0 if s is None else s)], mc, cache, builder)
+                self._feed([builder.eos(t)], mc, cache, builder)
+            # ---- 3. motion ----
+            order = sorted(agents.values(), key=lambda a: (a.first, a.uid))
+            log_rows.append({a.uid: a.state.copy() for a in order})
+            tl_log.append(tl_cur.copy())
+            for a in order:
+                meta.setdefault(a.uid, (a.size.copy(), a.atype))
+            if t + 1 >= horizon:
+                break
+            forced_next = force_all or (t + 1) < cfg.force_steps
+            if order:
+                rows = [builder.mo(t, a.uid, a.slot, a.atype, a.action, a.state, a.size) for a in order]
+                h = self._feed(rows, mc, cache, builder)
+                logits = self.model.mo_head(h)
+                acts = top_p_sample(logits, cfg.top_p, cfg.temperature, gen).numpy()
+            # ---- 4. transition + eviction ----
+            for i, a in enumerate(order):
+                if forced_next:
+                    j = col.get(a.uid)
+                    if j is None or t + 1 >= seed.T or not seed.valid[t + 1, j]:
+                        self._remove(agents, a, slot_free_at, t)
+                        continue
+                    act = int(actions[t + 1, j])
+                else:
+                    act = int(acts[i])
+                a.state = self.tok.motion.step(a.state, act)
+                a.action = act
+                if not forced_next and self._evict(a, map_, cfg):
+                    self._remove(agents, a, slot_free_at, t)
+            tl_cur = seed.tl[t + 1].copy() if forced_next and t + 1 < seed.T else tl_next
+        return _to_scene(log_rows, tl_log, meta, map_, seed.dt)
+
+    @staticmethod
+    def _remove(agents, a, slot_free_at, t):
+        slot_free_at[a.slot] = t
+        del agents[a.uid]
+
+    @staticmethod
+    def _evict(a: _Agent, map_, cfg: RolloutConfig) -> bool:
+        x, y = a.state[:2]
+        if map_.bound is not None and (abs(x) > map_.bound or abs(y) > map_.bound):
+            return True
+        d = np.min(np.hypot(map_.dense_xy[:, 0] - x, map_.dense_xy[:, 1] - y))
+        return bool(d > cfg.evict_distance)
+
+    def _insert(self, t, agents, mc, cache, builder, cfg, density_target, gen, free_slot, uid) -> int:
+        """New agents of one <AS> block (modes in the module docstring); returns the next unused uid."""
+        model, map_ = self.model, builder.map
+        n_ins = 0
+        if cfg.insertion == "released":
+            budget = max(0, min(cfg.max_insert_per_block, int(density_target) - len(agents)))
+        else:
+            budget = cfg.max_agents
+        while True:
+            slot = free_slot(t)
+            if slot is None or len(agents) >= cfg.max_agents:
+                slot = 0 if slot is None else slot
+                self._feed([builder.soa(t, END_UID_BASE + t, slot)], mc, cache, builder)
+                return uid
+            h = self._feed([builder.soa(t, uid, slot)], mc, cache, builder)
+            uid += 1  # this id is used (by the new agent, or by the SOA slot that ends the block)
+            type_logits = model.type_head(h[-1])
+            if cfg.insertion == "off" or (cfg.insertion == "released" and n_ins >= budget):
+                return uid
+            if cfg.insertion == "learned":
+                if int(top_p_sample(type_logits, 1.0, 1.0, gen)) == EOS_TYPE or n_ins >= budget:
+                    return uid
+            mark = len(cache)
+            accepted = None
+            for _ in range(cfg.max_tries if cfg.reject_sampling else 1):
+                cache.truncate(mark)
+                tl = type_logits.clone()
+                tl[EOS_TYPE] = float("-inf")
+                atype = int(top_p_sample(tl, 1.0, 1.0, gen))
+                h = self._feed([builder.type_(t, uid - 1, slot, atype)], mc, cache, builder)
+                seg = int(top_p_sample(model.ms_logits(h[-1:], mc)[0], 1.0, 1.0, gen))
+                h = self._feed([builder.ms(t, uid - 1, slot, atype, seg)], mc, cache, builder)
+                bins = self._sample_rs(h[-1:], gen)
+                rs = self.tok.buckets.unbucket(bins)
+                state, size = state_from_relative(map_, seg, rs)
+                if not cfg.reject_sampling or not self._overlaps(state, size, agents):
+                    accepted = (atype, seg, rs, state, size)
+                    break
+            if accepted is None:  # give up: this SOA slot becomes the end of the block
+                cache.truncate(mark)
+                return uid
+            atype, seg, rs, state, size = accepted
+            self._feed([builder.rs(t, uid - 1, slot, atype, rs, state)], mc, cache, builder)
+            agents[uid - 1] = _Agent(uid - 1, slot, atype, state, size, self.tok.motion.start, t)
+            n_ins += 1
+
+    def _sample_rs(self, c: torch.Tensor, gen: torch.Generator) -> np.ndarray:
+        bins = torch.zeros(1, 8, dtype=torch.long, device=c.device)
+        for j in range(8):
+            logits = self.model.rs_head(c, bins[:, :j + 1] if j == 0 else
+                                        torch.cat([torch.zeros_like(bins[:, :1]), bins[:, :j]], 1))
+            bins[0, j] = top_p_sample(logits[0, j], 1.0, 1.0, gen)
+        return bins[0].cpu().numpy()
+
+    @staticmethod
+    def _overlaps(state, size, agents) -> bool:
+        if not agents:
+            return False
+        others = list(agents.values())
+        s = np.stack([a.state for a in others])
+        sz = np.stack([a.size for a in others])
+        ca = box_corners(state[0], state[1], state[2], size[0], size[1])
+        cb = box_corners(s[:, 0], s[:, 1], s[:, 2], sz[:, 0], sz[:, 1])
+        return bool(boxes_overlap(ca[None], cb).any())
+
+
+def _to_scene(log_rows, tl_log, meta, map_, dt) -> Scene:
+    uids = sorted(meta)
+    col = {u: j for j, u in enumerate(uids)}
+    T, A = len(log_rows), len(uids)
+    states = np.zeros((T, A, 4))
+    valid = np.zeros((T, A), bool)
+    for t, row in enumerate(log_rows):
+        for u, s in row.items():
+            states[t, col[u]] = s
+            valid[t, col[u]] = True
+    size = np.array([meta[u][0] for u in uids]).reshape(A, 3)
+    types = np.array([meta[u][1] for u in uids], dtype=int)
+    return Scene(states, valid, size, types, np.asarray(uids, dtype=int), np.stack(tl_log), map_, dt)
+
+
+def log_replay(seed: Scene, horizon: int) -> Scene:
+    """The log-replay baseline: the log while it lasts, then nothing (no agents)."""
+    T = min(seed.T, horizon)
+    states = np.zeros((horizon, seed.A, 4))
+    valid = np.zeros((horizon, seed.A), bool)
+    states[:T], valid[:T] = seed.states[:T], seed.valid[:T]
+    tl = np.concatenate([seed.tl[:T], np.repeat(seed.tl[T - 1:T], horizon - T, 0)]) if horizon > T else seed.tl[:T]
+    return Scene(states, valid, seed.size, seed.types, seed.uid, tl, seed.map, seed.dt)

@@ -1,0 +1,152 @@
+"""Reader for ScenarioNet scenarios (the official data format: WOMD / nuScenes / nuPlan converted with
+``scenarionet.convert_*``) into the same :class:`Scene` / token sequences TinyTown produces.
+
+A ScenarioNet scenario is a dict (one pickle per scenario) with
+
+* ``tracks[id] = {"type": "VEHICLE" | "PEDESTRIAN" | "CYCLIST" | ..., "state": {"position": [T, 2|3],
+  "heading": [T], "velocity": [T, 2], "length", "width", "height": [T] or [T, 1], "valid": [T]}}``
+* ``map_features[id] = {"type": "LANE_SURFACE_STREET" | "ROAD_LINE_..." | ..., "polyline": [N, 2|3]}``
+* ``dynamic_map_states[id] = {"type": "TRAFFIC_LIGHT", "lane": lane id, "state": {"object_state": [T]}}``
+* ``metadata = {"sdc_id": id, ...}``
+
+Conversion (paper section 3.1): 10 Hz -> 2 Hz (every 5th frame: 91 frames -> 19 steps), coordinates centred on
+the SDC at the current frame (index 10 at 10 Hz), lanes cut into segments of <= 10 m sorted by distance to the
+SDC (at most ``max_segments``), at most ``max_agents`` agents (the SDC first, then by distance), light states
+mapped to green / yellow / red / unknown. Only lane polylines become <MAP> segments here (road lines, edges and
+crosswalks are dropped: a simplification of the official 27-D vector features).
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iclr26.infgen.world import (
+    CYCLIST,
+    GREEN,
+    PEDESTRIAN,
+    RED,
+    SEG_LANE_IN,
+    UNKNOWN,
+    VEHICLE,
+    YELLOW,
+    MapData,
+    Scene,
+    build_map,
+)
+
+TYPE_MAP = {"VEHICLE": VEHICLE, "PEDESTRIAN": PEDESTRIAN, "CYCLIST": CYCLIST}
+
+
+def light_state(s: Any) -> int:
+    s = str(s).upper()
+    if "CAUTION" in s or "YELLOW" in s:
+        return YELLOW
+    if "STOP" in s or "RED" in s:
+        return RED
+    if "GO" in s or "GREEN" in s:
+        return GREEN
+    return UNKNOWN
+
+
+def _col(x: Any, T: int) -> np.ndarray:
+    a = np.asarray(x, dtype=float).reshape(T, -1)
+    return a[:, 0]
+
+
+def scenario_to_scene(sd: dict, *, every: int = 5, current: int = 10, max_agents: int = 128,
+                      max_segments: int = 3000) -> Scene:
+    """One ScenarioNet scenario dict -> :class:`Scene` at 10 Hz / ``every`` (2 Hz by default)."""
+    for key in ("tracks", "map_features", "metadata"):
+        if key not in sd:
+            raise ValueError(f"not a ScenarioNet scenario: missing '{key}'")
+    sdc = sd["metadata"].get("sdc_id")
+    tracks = sd["tracks"]
+    if sdc not in tracks:
+        raise ValueError(f"sdc_id {sdc!r} is not among the tracks")
+    T10 = len(np.asarray(tracks[sdc]["state"]["valid"]))
+    frames = np.arange(0, T10, every)
+    cur = min(current, T10 - 1)
+    origin = np.asarray(tracks[sdc]["state"]["position"], float)[cur, :2]
+    rows = []
+    for tid, tr in tracks.items():
+        if tr.get("type") not in TYPE_MAP:
+            continue
+        st = tr["state"]
+        valid = np.asarray(st["valid"], bool).reshape(-1)
+        if not valid[frames].any():
+            continue
+        pos = np.asarray(st["position"], float)[:, :2] - origin
+        head = np.asarray(st["heading"], float).reshape(-1)
+        vel = np.asarray(st["velocity"], float)[:, :2]
+        first = int(np.flatnonzero(valid)[0])
+        size = [float(_col(st[k], len(valid))[first]) for k in ("length", "width", "height")]
+        dist = float(np.linalg.norm(pos[cur])) if valid[cur] else 1e9
+        rows.append((tid != sdc, dist, tid, TYPE_MAP[tr["type"]], pos[frames], head[frames],
+                     np.linalg.norm(vel[frames], axis=1), valid[frames], size))
+    rows.sort(key=lambda r: (r[0], r[1], str(r[2])))
+    rows = rows[:max_agents]
+    T, A = len(frames), len(rows)
+    states = np.zeros((T, A, 4))
+    valid = np.zeros((T, A), bool)
+    for j, r in enumerate(rows):
+        states[:, j, :2], states[:, j, 2], states[:, j, 3], valid[:, j] = r[4], r[5], r[6], r[7]
+    size = np.array([r[8] for r in rows]).reshape(A, 3)
+    types = np.array([r[3] for r in rows], dtype=int)
+    map_, lane_index = scenario_map(sd, origin, max_segments)
+    tl = np.full((T, max(1, map_.num_lights)), UNKNOWN)
+    for k, (_lane, dyn) in enumerate(lane_index.get("_lights", [])):
+        obj = list(dyn.get("state", {}).get("object_state", []))
+        for t, f in enumerate(frames):
+            tl[t, k] = light_state(obj[f]) if f < len(obj) else UNKNOWN
+    if map_.num_lights == 0:
+        tl = np.zeros((T, 0), int)
+    return Scene(states, valid, size, types, np.arange(A), tl, map_, 0.1 * every)
+
+
+def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapData, dict]:
+    """Lanes -> segments; lights whose lane exists get the lane's segment nearest its end."""
+    lanes, ids = [], []
+    for fid, feat in sd["map_features"].items():
+        if str(feat.get("type", "")).upper().startswith("LANE") and "polyline" in feat:
+            pl = np.asarray(feat["polyline"], float)[:, :2] - origin
+            if len(pl) >= 2 and np.linalg.norm(np.diff(pl, axis=0), axis=1).sum() > 0.5:
+                lanes.append(pl)
+                ids.append(fid)
+    if not lanes:
+        raise ValueError("scenario has no lane polylines")
+    lights = [(dyn.get("lane"), dyn) for dyn in sd.get("dynamic_map_states", {}).values()
+              if str(dyn.get("type", "TRAFFIC_LIGHT")).upper() == "TRAFFIC_LIGHT" and dyn.get("lane") in ids]
+    light_lanes = [ids.index(lane) for lane, _ in lights]
+    full = build_map(lanes, [SEG_LANE_IN] * len(lanes), light_lanes, bound=None, lane_half_width=1.75)
+    if full.num_segments > max_segments:  # keep the segments nearest to the SDC
+        keep = np.sort(np.argsort(np.linalg.norm(full.seg_pose[:, :2], axis=1))[:max_segments])
+        remap = -np.ones(full.num_segments, int)
+        remap[keep] = np.arange(len(keep))
+        ok = remap[full.light_seg] >= 0
+        lights = [lt for lt, good in zip(lights, ok, strict=True) if good]
+        full = MapData(full.seg_points[keep], full.seg_pose[keep], full.seg_type[keep], full.seg_lane[keep],
+                       full.dense_xy, full.dense_heading, full.dense_lane, full.dense_s, remap[full.light_seg[ok]],
+                       None, full.lane_half_width)
+    return full, {"_lights": lights}
+
+
+def load_scenarios(path: str | Path, limit: int | None = None) -> list[dict]:
+    """All scenario pickles under ``path`` (ScenarioNet's dataset_summary / dataset_mapping files skipped)."""
+    path = Path(path)
+    files = sorted(p for p in (path.rglob("*.pkl") if path.is_dir() else [path])
+                   if not p.name.startswith("dataset_"))
+    if not files:
+        raise FileNotFoundError(f"no scenario .pkl files under {path}")
+    out = []
+    for f in files[:limit]:
+        with open(f, "rb") as fh:
+            sd = pickle.load(fh)  # local files the user provides (ScenarioNet format)
+        if isinstance(sd, dict) and "tracks" in sd:
+            out.append(sd)
+    if not out:
+        raise ValueError(f"no ScenarioNet scenario dicts in {path}")
+    return out
