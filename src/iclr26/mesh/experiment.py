@@ -1,0 +1,282 @@
+"""Reproduction: vanilla vs recursive base / +anchor / +mesh (and +residual) at matched depth and tokens.
+
+Every arm has the same compute depth (vanilla L layers = P + C*K + S), width, optimiser, schedule and
+the exact same training batches (a function of (seed, step)); only the layout and the state scheme
+differ. Byte-level language modelling on the Python standard library's own sources (see ``data``).
+
+Claims (fixed before any run, evaluated on the seed means of the seeds given):
+
+* C1: mesh validation loss < base validation loss in every seed.
+* C2: mean mesh validation loss < mean +anchor validation loss.
+* C3: mean consecutive-loop CKA(h^(t), h^(t+1)) lower for mesh than base, and the per-loop update
+  magnitude more balanced for mesh (max/min ratio over loops closer to 1, i.e. smaller).
+
+Also reported: the share of the base-to-vanilla gap that mesh closes, ``(base - mesh) / (base - vanilla)``,
+and the training-step time ratio mesh / base.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.report import markdown_table, plot_curves, save_fig
+from iclr26.core.train import TrainConfig, fit
+from iclr26.mesh.benchmark import step_time_ratio
+from iclr26.mesh.data import ByteCorpus
+from iclr26.mesh.diagnostics import loop_diagnostics
+from iclr26.mesh.model import MeshConfig, RecursiveNeoX, lm_loss
+from iclr26.mesh.params import count_parameters
+
+
+@dataclass(frozen=True)
+class ScaleSettings:
+    """One scale's model, data and training budget (identical for every arm).
+
+    d_model, n_heads: width and heads of every arm.
+    vanilla_layers: depth of the vanilla arm; recursive_layout must have the same unrolled depth.
+    recursive_layout: the P+CRK+S layout of the recursive arms.
+    arms: (name, layout-or-"vanilla", scheme) of every arm.
+    seq_len, batch, steps, lr, warmup: training budget (tokens = steps * batch * seq_len per arm).
+    corpus_bytes: size of the byte corpus (95/5 split).
+    val_windows: validation windows of seq_len tokens; eval_every: steps between validation evals.
+    diag_samples: validation sequences used for the diagnostics.
+    bench_steps: training steps timed per arm in the mesh/base step-time ratio (0 = skip).
+    """
+
+    d_model: int
+    n_heads: int
+    vanilla_layers: int
+    recursive_layout: str
+    arms: tuple[str, ...]
+    seq_len: int
+    batch: int
+    steps: int
+    lr: float
+    warmup: int
+    corpus_bytes: int
+    val_windows: int
+    eval_every: int
+    diag_samples: int
+    bench_steps: int
+
+
+ARM_SCHEMES = {"vanilla": "base", "base": "base", "residual": "residual", "anchor": "anchor",
+               "anchor_emb": "anchor_emb", "mesh": "mesh"}
+
+SCALES = {
+    "smoke": ScaleSettings(d_model=32, n_heads=2, vanilla_layers=4, recursive_layout="1+1R2+1",
+                           arms=("vanilla", "base", "residual", "anchor", "anchor_emb", "mesh"),
+                           seq_len=32, batch=8, steps=30, lr=1e-3, warmup=3, corpus_bytes=200_000,
+                           val_windows=32, eval_every=15, diag_samples=4, bench_steps=3),
+    # Sized for a shared 2-core machine under heavy contention (~0.18 s/step measured on one thread).
+    "small": ScaleSettings(d_model=64, n_heads=4, vanilla_layers=6, recursive_layout="1+2R2+1",
+                           arms=("vanilla", "base", "anchor", "mesh"),
+                           seq_len=64, batch=16, steps=200, lr=1e-3, warmup=10, corpus_bytes=2_000_000,
+                           val_windows=128, eval_every=50, diag_samples=16, bench_steps=10),
+}
+
+
+def model_config(s: ScaleSettings, arm: str, vocab_size: int = 256) -> MeshConfig:
+    layout = str(s.vanilla_layers) if arm == "vanilla" else s.recursive_layout
+    return MeshConfig(vocab_size=vocab_size, d_model=s.d_model, n_heads=s.n_heads, layout=layout,
+                      scheme=ARM_SCHEMES[arm], max_seq_len=max(s.seq_len, 16))
+
+
+@torch.no_grad()
+def val_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
+    """Mean next-token cross-entropy (nats/byte) over all validation windows."""
+    tot, n = 0.0, 0
+    for b in batches:
+        tot += float(lm_loss(model, b)) * b.shape[0]
+        n += b.shape[0]
+    return tot / n
+
+
+def train_arm(s: ScaleSettings, arm: str, seed: int, corpus: ByteCorpus, device: str = "cpu",
+              progress: bool = False) -> tuple[RecursiveNeoX, dict[str, Any]]:
+    """Train one arm on one seed; returns the model and its metrics (val loss, curves, diagnostics)."""
+    cfg = model_config(s, arm)
+    torch.manual_seed(seed)
+    model = RecursiveNeoX(cfg).to(device)
+    val = [b.to(device) for b in corpus.val_batches(s.seq_len, s.val_windows, 32)]
+
+    def get_batch(step: int, rank: int, world: int) -> torch.Tensor:
+        return corpus.train_batch(seed, step, s.batch, s.seq_len, rank, world).to(device)
+
+    tcfg = TrainConfig(steps=s.steps, lr=s.lr, weight_decay=0.01, betas=(0.9, 0.95), warmup_steps=s.warmup,
+                       min_lr_ratio=0.1, grad_clip=1.0, eval_every=s.eval_every, progress=progress,
+                       desc=f"{arm} seed {seed}")
+    t0 = time.perf_counter()
+    res = fit(model, lm_loss, get_batch, tcfg, eval_fn=lambda m, step: {"val_loss": val_loss(m, val)})
+    wall = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "val_loss": res.evals[-1][1]["val_loss"],
+        "val_curve": [(st, ev["val_loss"]) for st, ev in res.evals],
+        "train_loss_last20": float(np.mean(res.losses[-20:])),
+        "params_non_embedding": count_parameters(cfg)["non_embedding"],
+        "train_seconds": wall,
+    }
+    if cfg.parsed_layout.recursive:
+        diag_tokens = torch.cat(val)[: s.diag_samples, :-1]
+        out["diagnostics"] = loop_diagnostics(model, diag_tokens)
+    return model, out
+
+
+def _plots(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    curves = {}
+    for arm, runs in per_arm.items():
+        steps = [st for st, _ in runs[0]["val_curve"]]
+        vals = np.array([[v for _, v in r["val_curve"]] for r in runs])
+        curves[arm] = (steps, vals.mean(0), vals.std(0, ddof=1) if len(runs) > 1 else np.zeros(len(steps)))
+    plot_curves(ctx.figure_path("val_loss_curves"), curves, "step", "validation loss (nats/token)",
+                f"{title} (mean ± std over seeds)")
+
+    rec = [a for a in per_arm if a != "vanilla"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for arm in rec:
+        d = [r["diagnostics"] for r in per_arm[arm]]
+        ups = np.mean([x["update_loops"] for x in d], axis=0)
+        cka = np.mean([x["cka_consecutive"] for x in d], axis=0)
+        er = np.mean([x["effective_rank"] for x in d], axis=0)
+        axes[0].plot(range(1, len(ups) + 1), ups, marker="o", label=arm)
+        axes[1].plot([f"h{t}→h{t + 1}" for t in range(len(cka))], cka, marker="o", label=arm)
+        axes[2].plot(d[0]["state_names"], er, marker="o", label=arm)
+    axes[0].set(xlabel="loop t", ylabel="relative update of f_core", title="per-loop update magnitude",
+                xticks=range(1, len(ups) + 1))
+    axes[1].set(ylabel="RBF CKA", title="CKA of consecutive loop states")
+    axes[2].set(ylabel="effective rank", title="effective rank of states")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    save_fig(fig, ctx.figure_path("diagnostics_per_loop"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in rec:
+        sv = np.mean([r["diagnostics"]["singular_values"] for r in per_arm[arm]], axis=0)  # states x k
+        ax.semilogy(sv[-2], label=f"{arm} h^(K)")
+    ax.set(xlabel="index i", ylabel="σ_i / σ_0", title="spectrum of the last loop state")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save_fig(fig, ctx.figure_path("singular_values"))
+
+
+def run(ctx: RunContext) -> RunOutput:
+    if ctx.scale == "paper":
+        from iclr26.mesh.train import run_paper_scale
+
+        return run_paper_scale(ctx)
+    s = SCALES[ctx.scale]
+    if "steps" in ctx.options:
+        s = replace(s, steps=int(ctx.options["steps"]))
+    if s.vanilla_layers != MeshConfig(vocab_size=256, d_model=s.d_model, n_heads=s.n_heads,
+                                      layout=s.recursive_layout, scheme="base").parsed_layout.depth:
+        raise ExperimentError("vanilla and recursive depths differ: the comparison would not be matched")
+    threads = torch.get_num_threads()
+    # One thread by default: on a shared 2-core machine, 2 threads under contention run many times slower.
+    torch.set_num_threads(int(ctx.option("threads", "1")))
+    try:
+        return _run(ctx, s)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(ctx: RunContext, s: ScaleSettings) -> RunOutput:
+    corpus = ByteCorpus.from_stdlib(s.corpus_bytes)
+    per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in s.arms}
+    jobs = [(seed, arm) for seed in ctx.seeds for arm in s.arms]
+    for seed, arm in ctx.progress(jobs, desc="mesh arms x seeds"):
+        _, out = train_arm(s, arm, seed, corpus, ctx.device)
+        per_arm[arm].append(out)
+    bench = None
+    if s.bench_steps:
+        bench = step_time_ratio(model_config(s, "base"), model_config(s, "mesh"), batch=s.batch,
+                                seq_len=s.seq_len, steps=s.bench_steps, device=ctx.device)
+    settings = dict(s.__dict__, tokens_per_arm=s.steps * s.batch * s.seq_len)
+    output = summarize(ctx, per_arm, s.arms, settings, {a: model_config(s, a).layout for a in s.arms},
+                       title=f"byte-level stdlib LM, {s.recursive_layout} vs {s.vanilla_layers} layers")
+    output.metrics["step_time_ratio_mesh_over_base"] = bench
+    output.notes.insert(0, f"matched: depth {s.vanilla_layers}, {settings['tokens_per_arm']} training tokens "
+                           "per arm, identical batches per seed")
+    if bench:
+        output.notes.append(f"training step time mesh/base: {bench['ratio']:.3f} (target <= 1.10)")
+    return output
+
+
+def summarize(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], arms: tuple[str, ...],
+              settings: dict[str, Any], layouts: dict[str, str], title: str = "") -> RunOutput:
+    """Metrics, claim measurements, table and figures from the per-arm, per-seed run results.
+
+    Each run result has ``val_loss``, ``val_curve`` [(step, loss)], and for recursive arms ``diagnostics``
+    (:func:`loop_diagnostics`). Shared by the small and paper scales.
+    """
+    loss = {a: [r["val_loss"] for r in per_arm[a]] for a in arms}
+    mean = {a: float(np.mean(v)) for a, v in loss.items()}
+    diag = {a: {k: float(np.mean([r["diagnostics"][k] for r in per_arm[a]]))
+                for k in ("cka_consecutive_mean", "update_balance")}
+            for a in arms if a != "vanilla"}
+    # Share of the base-to-vanilla gap closed by mesh; undefined (NaN) when vanilla is not better than base.
+    gap = mean["base"] - mean["vanilla"]
+    gap_share = (mean["base"] - mean["mesh"]) / gap if gap > 1e-12 else float("nan")
+    _plots(ctx, per_arm, title)
+    params = {a: per_arm[a][0].get("params_non_embedding") for a in arms}
+    metrics: dict[str, Any] = {
+        "settings": settings,
+        "val_loss_per_seed": loss,
+        "val_loss": {a: mean_std(v) for a, v in loss.items()},
+        "gap_share_closed_by_mesh": gap_share,
+        "diagnostics_mean": diag,
+        "per_run": per_arm,
+        "params_non_embedding": params,
+    }
+    measured = {
+        "C1": {"mesh_per_seed": loss["mesh"], "base_per_seed": loss["base"], "mesh": mean["mesh"],
+               "base": mean["base"]},
+        "C2": {"mesh": mean["mesh"], "anchor": mean["anchor"]},
+        "C3": {"cka_mesh": diag["mesh"]["cka_consecutive_mean"], "cka_base": diag["base"]["cka_consecutive_mean"],
+               "balance_mesh": diag["mesh"]["update_balance"], "balance_base": diag["base"]["update_balance"]},
+    }
+    rows = []
+    for a in arms:
+        ms = mean_std(loss[a])
+        d = diag.get(a, {})
+        rows.append([a, layouts[a], params[a] if params[a] is not None else "-", f"{ms['mean']:.4f}",
+                     f"{ms['std']:.4f}", ", ".join(f"{v:.4f}" for v in loss[a]),
+                     f"{d['cka_consecutive_mean']:.3f}" if d else "-", f"{d['update_balance']:.2f}" if d else "-"])
+    table = markdown_table(["arm", "layout", "non-emb params", "val loss mean", "std", "per seed",
+                            "CKA(h_t,h_t+1)", "update max/min"], rows)
+    notes = [f"share of the base-to-vanilla gap closed by mesh, (base - mesh) / (base - vanilla): {gap_share:.3f}"
+             + (" (undefined: vanilla is not better than base)" if gap <= 1e-12 else "")]
+    return RunOutput(metrics=metrics, measured=measured, tables={"Validation loss and diagnostics": table},
+                     notes=notes)
+
+
+EXPERIMENT = Experiment(
+    slug="mesh",
+    title="MeSH: Memory-as-State-Highways for Recursive Transformers",
+    arxiv="2510.07739",
+    claims=(
+        Claim("C1", "mesh validation loss < base validation loss in every seed",
+              {"pythia-410m 4+8R2+4 Pile eval loss": {"base": 2.2358, "mesh": 2.2077}},
+              "all(mesh_s < base_s for every seed s)",
+              lambda m: len(m["mesh_per_seed"]) == len(m["base_per_seed"]) > 0
+              and all(a < b for a, b in zip(m["mesh_per_seed"], m["base_per_seed"]))),
+        Claim("C2", "mean mesh validation loss < mean +anchor validation loss",
+              {"pythia-410m 4+8R2+4 Pile eval loss": {"anchor": 2.2178, "mesh": 2.2077}},
+              "mean(mesh) < mean(anchor)",
+              lambda m: m["mesh"] < m["anchor"]),
+        Claim("C3", "diagnostics move the paper's way: lower consecutive-loop CKA and more balanced "
+              "per-loop update magnitudes for mesh than base",
+              "base: CKA(h_t,h_t+1)≈1, loop-1 update >> later loops; mesh: lower CKA, balanced updates",
+              "mean CKA(mesh) < mean CKA(base) and mean max/min update ratio(mesh) < (base)",
+              lambda m: m["cka_mesh"] < m["cka_base"] and m["balance_mesh"] < m["balance_base"]),
+    ),
+    run=run,
+)

@@ -1,0 +1,212 @@
+"""Paper-scale training: Pythia-shaped recursive models on a pre-tokenized corpus, with core.train.fit.
+
+The paper trains every arm from scratch on 250B tokens of deduplicated Pile (global batch 512 x 4096,
+AdamW(0.9, 0.95), wd 0.01, 1% warmup, cosine to 10% of peak, bf16). Here the data is a local file of
+GPT-NeoX token ids (``.npy``, or a raw ``.bin`` of uint16 as in Pythia's memmaps); the last
+``val_tokens`` tokens are the validation split. One process or many under torchrun::
+
+    torchrun --nproc_per_node 8 -m iclr26.mesh.train --pythia /models/pythia-410m/config.json \\
+        --tokens /data/pile_deduped.bin --layout 4+8R2+4 --scheme mesh --steps 120818 \\
+        --batch 64 --seq-len 2048 --out runs/mesh_410m_mesh
+
+``--batch`` is the global batch per optimiser step (split over ranks; core.fit has no gradient
+accumulation, so the paper's 512 x 4096 needs enough GPUs or a smaller batch). ``--init-from DIR``
+starts from a local Hugging Face checkpoint instead of scratch (see ``pythia.load_pythia``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.train import TrainConfig, fit, setup_distributed
+from iclr26.mesh.model import RecursiveNeoX, lm_loss
+
+
+def load_tokens(path: str | Path) -> np.ndarray:
+    """Token ids from ``.npy`` (any integer dtype) or a raw ``.bin`` of uint16 (memory-mapped)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"token file {p} not found (nothing is downloaded)")
+    arr = np.load(p, mmap_mode="r") if p.suffix == ".npy" else np.memmap(p, dtype=np.uint16, mode="r")
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{p}: expected a 1-d array of integer token ids, got {arr.dtype} {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True)
+class PaperTrainConfig:
+    """One paper-scale training run.
+
+    tokens: local token-id file; val_tokens: size of the validation tail.
+    seq_len, batch (global), steps, lr, warmup_frac, min_lr_ratio, weight_decay: the paper's recipe.
+    eval_every: steps between validation evals (0: end only); eval_batches: windows-batches per eval.
+    bf16: autocast to bfloat16 on CUDA. seed: model init and batch order.
+    """
+
+    tokens: str
+    val_tokens: int = 1_000_000
+    seq_len: int = 4096
+    batch: int = 512
+    steps: int = 120_818
+    lr: float = 2e-4
+    warmup_frac: float = 0.01
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    eval_every: int = 1000
+    eval_batches: int = 8
+    bf16: bool = True
+    seed: int = 0
+
+
+def train_model(model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu", ckpt_dir: str | None = None,
+                progress: bool = True) -> dict[str, Any]:
+    """Train ``model`` with core.train.fit (DDP under torchrun) and return val-loss curve and losses."""
+    data = load_tokens(tc.tokens)
+    if len(data) < tc.val_tokens + 2 * (tc.seq_len + 1):
+        raise ValueError(f"{tc.tokens}: {len(data)} tokens is too few for val_tokens={tc.val_tokens}")
+    if int(data.max()) >= model.cfg.vocab_size:
+        raise ValueError(f"token id {int(data.max())} >= vocab_size {model.cfg.vocab_size}")
+    train, val = data[: len(data) - tc.val_tokens], data[len(data) - tc.val_tokens:]
+    model.to(device)
+    use_amp = tc.bf16 and device.startswith("cuda")
+
+    def get_batch(step: int, rank: int, world: int) -> torch.Tensor:
+        if tc.batch % world:
+            raise ValueError(f"global batch {tc.batch} not divisible by {world} ranks")
+        rng = np.random.default_rng([tc.seed, step])
+        starts = rng.integers(0, len(train) - tc.seq_len - 1, size=tc.batch)
+        per = tc.batch // world
+        rows = [np.asarray(train[s:s + tc.seq_len + 1], dtype=np.int64) for s in starts[rank * per:(rank + 1) * per]]
+        return torch.from_numpy(np.stack(rows)).to(device)
+
+    n_win = (len(val) - 1) // tc.seq_len
+    per_eval = max(1, min(n_win, tc.eval_batches * max(1, tc.batch // 8)))
+
+    def eval_fn(m: torch.nn.Module, step: int) -> dict[str, float]:
+        losses = []
+        for i in range(0, per_eval, 8):
+            rows = [np.asarray(val[j * tc.seq_len:(j + 1) * tc.seq_len + 1], dtype=np.int64)
+                    for j in range(i, min(i + 8, per_eval))]
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+                losses.append(float(lm_loss(m, torch.from_numpy(np.stack(rows)).to(device))) * len(rows))
+        return {"val_loss": sum(losses) / per_eval}
+
+    def loss_fn(m: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            return lm_loss(m, batch)
+
+    cfg = TrainConfig(steps=tc.steps, lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95),
+                      warmup_steps=max(1, int(round(tc.warmup_frac * tc.steps))), min_lr_ratio=tc.min_lr_ratio,
+                      grad_clip=1.0, eval_every=tc.eval_every, progress=progress,
+                      ckpt_every=tc.eval_every if ckpt_dir else 0, desc=f"{model.cfg.layout} {model.cfg.scheme}")
+    res = fit(model, loss_fn, get_batch, cfg, eval_fn=eval_fn, ckpt_dir=ckpt_dir)
+    return {"val_loss": res.evals[-1][1]["val_loss"], "val_curve": [(s, e["val_loss"]) for s, e in res.evals],
+            "train_losses": res.losses}
+
+
+def build_model(pythia: str, layout: str | None, scheme: str, init_from: str | None, seed: int,
+                **overrides: Any) -> RecursiveNeoX:
+    """From scratch (a Pythia config/size) or from a local HF checkpoint (``init_from``)."""
+    from iclr26.mesh.pythia import load_pythia, pythia_config
+
+    torch.manual_seed(seed)
+    if init_from:
+        return load_pythia(init_from, layout=layout, scheme=scheme, **overrides)
+    return RecursiveNeoX(pythia_config(pythia, layout=layout, scheme=scheme, **overrides))
+
+
+def run_paper_scale(ctx: RunContext) -> RunOutput:
+    """``iclr26 run mesh --scale paper --set pythia=PATH --set tokens=PATH [--set key=value ...]``.
+
+    Keys: pythia (local GPT-NeoX config.json or folder, required), tokens (required), layout (default: the
+    paper's for that shape), arms (default vanilla,base,anchor,mesh), steps, batch, seq_len, lr, val_tokens,
+    eval_every, init_from (local HF checkpoint folder; default: train from scratch).
+    """
+    from iclr26.mesh.diagnostics import loop_diagnostics
+    from iclr26.mesh.experiment import ARM_SCHEMES, summarize
+    from iclr26.mesh.pythia import pythia_config, vanilla_of
+
+    pythia = str(ctx.local_path("pythia"))
+    tokens = str(ctx.local_path("tokens"))
+    init_from = str(ctx.local_path("init_from")) if "init_from" in ctx.options else None
+    arms = tuple(a.strip() for a in ctx.option("arms", "vanilla,base,anchor,mesh").split(","))
+    for need in ("vanilla", "base", "anchor", "mesh"):
+        if need not in arms:
+            raise ExperimentError(f"--set arms must include {need} (the claims compare it)")
+    try:
+        rec = pythia_config(pythia, layout=ctx.option("layout"), scheme="base")
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise ExperimentError(f"--set pythia={pythia}: {exc}") from exc
+    if not rec.parsed_layout.recursive:
+        raise ExperimentError("--set layout=P+CRK+S is needed: the config's default layout is not recursive")
+    o = ctx.options
+    tc = PaperTrainConfig(tokens=tokens, steps=int(o.get("steps", 120_818)), batch=int(o.get("batch", 512)),
+                          seq_len=int(o.get("seq_len", 4096)), lr=float(o.get("lr", 2e-4)),
+                          val_tokens=int(o.get("val_tokens", 1_000_000)), eval_every=int(o.get("eval_every", 1000)))
+    per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
+    for seed in ctx.seeds:
+        for arm in arms:
+            cfg = vanilla_of(rec) if arm == "vanilla" else replace(rec, scheme=ARM_SCHEMES[arm])
+            torch.manual_seed(seed)
+            model = RecursiveNeoX(cfg)
+            if init_from:
+                model = build_model(pythia, cfg.layout, cfg.scheme, init_from, seed)
+            out = train_model(model, replace(tc, seed=seed), ctx.device, progress=ctx.show_progress)
+            if cfg.parsed_layout.recursive:
+                val = load_tokens(tokens)[-tc.val_tokens:]
+                n = min(8, (len(val) - 1) // tc.seq_len)
+                toks = torch.from_numpy(np.stack([np.asarray(val[i * tc.seq_len:(i + 1) * tc.seq_len], dtype=np.int64)
+                                                  for i in range(n)])).to(ctx.device)
+                out["diagnostics"] = loop_diagnostics(model, toks)
+            out.pop("train_losses")
+            per_arm[arm].append(out)
+    return summarize(ctx, per_arm, arms, {"pythia": pythia, "layout": rec.layout, "train": asdict(tc)},
+                     layouts={a: (str(rec.parsed_layout.depth) if a == "vanilla" else rec.layout) for a in arms})
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Train one recursive GPT-NeoX arm (torchrun-compatible).")
+    p.add_argument("--pythia", required=True, help="Pythia size name or local GPT-NeoX config.json / folder")
+    p.add_argument("--tokens", required=True)
+    p.add_argument("--layout", default=None)
+    p.add_argument("--scheme", default="mesh")
+    p.add_argument("--steps", type=int, default=120_818)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--val-tokens", type=int, default=1_000_000)
+    p.add_argument("--eval-every", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init-from", default=None)
+    p.add_argument("--out", default="runs/mesh_train")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args(argv)
+    rank, _ = setup_distributed()
+    device = a.device
+    if device == "cuda":
+        import os
+
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+        torch.cuda.set_device(device)
+    model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
+    tc = PaperTrainConfig(tokens=a.tokens, val_tokens=a.val_tokens, seq_len=a.seq_len, batch=a.batch,
+                          steps=a.steps, lr=a.lr, eval_every=a.eval_every, seed=a.seed)
+    out = train_model(model, tc, device, ckpt_dir=a.out, progress=rank == 0)
+    if rank == 0:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        res = {"config": asdict(model.cfg), "train": asdict(tc), "val_loss": out["val_loss"],
+               "val_curve": out["val_curve"]}
+        (Path(a.out) / "result.json").write_text(json.dumps(res, indent=2))
+        print(json.dumps({"val_loss": out["val_loss"]}))
+
+
+if __name__ == "__main__":
+    main()
