@@ -1,0 +1,137 @@
+"""An LLM agent for any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, OpenAI), standard library only.
+
+AppAgent-style text prompt (spec §3.3): the task, the current step instruction (if any), the last
+actions ("Summary" memory) and the element list tagged ``c1..`` (clicks), ``i1..`` (inputs), ``s1..``
+(scrollable regions). The model answers ``Observation / Thought / Action / Summary``; the Action line
+is one of ``click(c3)``, ``input(i1, "text")``, ``scroll(s1, "up")``, ``back()``, ``ask("slot")``.
+Anything unparsable, and any HTTP/network/JSON failure, becomes ``Action("invalid", text=reason)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from iclr26.sman_bench.evaluate import Action, Observation
+
+SYSTEM = ("You are an agent operating a smartphone app. You see the task and the list of UI elements. "
+          "Functions: click(tag), input(tag, \"text\"), scroll(tag, \"up|down|left|right\"), back()"
+          ", ask(\"slot\") to ask the user for a missing detail. Answer in four lines:\n"
+          "Observation: ...\nThought: ...\nAction: <one function call>\nSummary: ...")
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Endpoint and decoding settings (the released config: temperature 0.0, max_tokens 300)."""
+
+    base_url: str
+    """e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended)."""
+    model: str = "default"
+    """the served model name."""
+    api_key: str | None = None
+    """sent as ``Authorization: Bearer ...`` when given."""
+    temperature: float = 0.0
+    """0.0: deterministic decoding, as in the released config."""
+    max_tokens: int = 300
+    """completion length cap, as in the released config."""
+    timeout_s: float = 60.0
+    """HTTP timeout per request."""
+
+    def __post_init__(self):
+        if not re.match(r"^https?://", self.base_url or ""):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+
+
+def tag_elements(obs: Observation) -> tuple[list[str], dict[str, int]]:
+    lines, tags, counts = [], {}, {"click": 0, "input": 0, "scroll": 0}
+    for i, e in enumerate(obs.elements):
+        counts[e.kind] = counts.get(e.kind, 0) + 1
+        tag = {"click": "c", "input": "i", "scroll": "s"}.get(e.kind, "e") + str(counts[e.kind])
+        tags[tag] = i
+        lines.append(f"{tag}: {e.kind} \"{e.text}\"")
+    return lines, tags
+
+
+def build_prompt(obs: Observation) -> str:
+    lines, _ = tag_elements(obs)
+    parts = [f"Task: {obs.instruction}"]
+    if obs.step_instruction:
+        parts.append(f"Current step: {obs.step_instruction}")
+    if obs.qa_slots:
+        parts.append("You may ask about: " + ", ".join(obs.qa_slots))
+    if obs.history:
+        parts.append("Last actions: " + "; ".join(obs.history[-3:]))
+    parts.append("Elements:\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
+_ACTION = re.compile(r"Action\s*:\s*(.+)", re.I)
+_CALL = re.compile(r"^\s*(click|input|scroll|back|ask)\s*\((.*)\)\s*$", re.I | re.S)
+
+
+def parse_action(text, obs: Observation) -> Action:
+    """The model's reply -> Action; malformed -> ``Action("invalid", text=reason)``."""
+    if not isinstance(text, str):
+        return Action("invalid", text="no text")
+    m = _ACTION.search(text)
+    line = (m.group(1) if m else text).strip().splitlines()[0].strip().strip("`") if text.strip() else ""
+    c = _CALL.match(line)
+    if not c:
+        return Action("invalid", text="unparsable action")
+    fn, args = c.group(1).lower(), c.group(2).strip()
+    _, tags = tag_elements(obs)
+    if fn == "back":
+        return Action("back")
+    strs = re.findall(r"[\"']([^\"']*)[\"']", args)
+    if fn == "ask":
+        return Action("ask", text=strs[0] if strs else args.strip()) if (strs or args.strip()) else \
+            Action("invalid", text="empty ask")
+    tag = args.split(",")[0].strip().strip("\"'").lower()
+    if tag not in tags:
+        return Action("invalid", text=f"unknown tag {tag!r}")
+    if fn == "click":
+        return Action("click", tags[tag])
+    if fn == "input":
+        return Action("input", tags[tag], text=strs[-1]) if len(args.split(",")) > 1 and strs else \
+            Action("invalid", text="input without text")
+    direction = (strs[-1] if strs else "").lower()
+    if direction not in ("up", "down", "left", "right"):
+        return Action("invalid", text="bad scroll direction")
+    return Action("scroll", tags[tag], direction=direction)
+
+
+def chat(cfg: LLMConfig, messages: list[dict]) -> str:
+    """One POST to ``{base_url}/chat/completions``; returns the first choice's content."""
+    body = json.dumps({"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
+                       "max_tokens": cfg.max_tokens}).encode()
+    headers = {"Content-Type": "application/json"}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    req = urllib.request.Request(cfg.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers,
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=cfg.timeout_s) as resp:
+        data = json.loads(resp.read().decode("utf-8"))
+    return data["choices"][0]["message"]["content"]
+
+
+class LLMAgent:
+    """AppAgent-v1-style single agent over an OpenAI-compatible endpoint."""
+
+    def __init__(self, cfg: LLMConfig):
+        self.cfg = cfg
+        self.errors: list[str] = []
+
+    def reset(self, task):
+        pass
+
+    def act(self, obs: Observation) -> Action:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": build_prompt(obs)}]
+        try:
+            reply = chat(self.cfg, messages)
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return Action("invalid", text=f"endpoint error: {type(exc).__name__}")
+        return parse_action(reply, obs)
