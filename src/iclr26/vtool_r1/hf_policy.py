@@ -1,0 +1,218 @@
+"""Paper-scale path: a real VLM (Qwen2.5-VL-3B/7B/32B-Instruct from a LOCAL path) as the policy, the same
+parser / tool executor / reward as the tiny reproduction, ReFocus chart data from local parquet or jsonl.
+
+* :func:`load_refocus` reads rows with ``question`` / ``prompt``, ``answer``, ``metadata`` (JSON with
+  ``type`` and bboxes; table bboxes normalised are scaled by the image size) and an image (``image`` /
+  ``images`` bytes or ``figure_path``). Parquet needs ``pyarrow`` (not a dependency: a clear error says so).
+* :class:`VToolEnv` is framework-agnostic: ``execute(y', image, metadata)``, ``round2_messages``,
+  ``reward(y, gt)``.
+* :class:`HFPolicy` wraps ``transformers``' image-text-to-text model + processor (loaded with
+  ``local_files_only``; nothing downloads) and generates from chat messages.
+* :func:`two_round_rollout` is the same two-round rollout as :mod:`.rollout`, on text.
+* :func:`run_paper_scale` (``iclr26 run vtool_r1 --scale paper --set model_path=... --set data_path=...``)
+  evaluates the pure run and the tool-use rollout of the given (base or VTool-R1-trained) checkpoint.
+
+Training at paper scale is done with verl + Ray (see the README): multi-GPU FSDP2 actor/reference, vLLM
+rollout, our executor inside the agent loop, v2 masking. Not run here (no GPU); the single-GPU sanity path is
+:func:`two_round_rollout` + :mod:`iclr26.core.grpo` on the HF model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image
+
+from .executor import ToolExecutor, ToolResult
+from .parser import parse_action
+from .prompt import round1_messages, round2_messages
+from .reward import JudgeClient, exact_match_reward, extract_final_answer, refocus_score
+
+__all__ = ["HFPolicy", "VToolEnv", "load_refocus", "run_paper_scale", "two_round_rollout"]
+
+
+def _scaled_bboxes(meta: Mapping, key: str, w: int, h: int) -> dict:
+    boxes = dict(meta.get(key) or {})
+    out = {}
+    for k, b in boxes.items():
+        b = dict(b)
+        if all(0.0 <= float(b[c]) <= 1.0 for c in ("x1", "y1", "x2", "y2")) and meta.get("type") == "table":
+            b = {"x1": b["x1"] * w, "x2": b["x2"] * w, "y1": b["y1"] * h, "y2": b["y2"] * h}
+        out[str(k)] = b
+    return out
+
+
+def _image(row: Mapping, root: Path) -> Image.Image:
+    for key in ("image", "images"):
+        v = row.get(key)
+        if isinstance(v, list) and v:
+            v = v[0]
+        if isinstance(v, Mapping):
+            v = v.get("bytes") or v.get("path")
+        if isinstance(v, bytes | bytearray):
+            return Image.open(io.BytesIO(v)).convert("RGB")
+        if isinstance(v, str) and v:
+            return Image.open(root / v).convert("RGB")
+    if row.get("figure_path"):
+        return Image.open(root / row["figure_path"]).convert("RGB")
+    raise ValueError(f"row has no image (keys: {sorted(row)})")
+
+
+def load_refocus(path: str | Path, limit: int | None = None) -> list[dict]:
+    """Rows ``{"image", "question", "answer", "metadata": {"type", "columns_bbox", "rows_bbox"}}``."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"ReFocus data not found: {path}")
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError("reading parquet needs pyarrow (pip install pyarrow), or convert to .jsonl") from e
+        rows = pq.read_table(path).to_pylist()
+    else:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for row in rows[:limit]:
+        img = _image(row, path.parent)
+        meta = row.get("metadata") or {}
+        meta = json.loads(meta) if isinstance(meta, str) else dict(meta)
+        w, h = img.size
+        cols = _scaled_bboxes(meta, "columns_bbox" if "columns_bbox" in meta else "x_values_bbox", w, h)
+        rws = _scaled_bboxes(meta, "rows_bbox" if "rows_bbox" in meta else "y_values_bbox", w, h)
+        if meta.get("type", "v_bar") != "table":  # charts: both names point at the label boxes
+            cols = rws = cols or rws
+        question = row.get("question") or row.get("prompt") or ""
+        if isinstance(question, list):
+            question = " ".join(m.get("content", "") if isinstance(m, Mapping) else str(m) for m in question)
+        out.append({"image": img, "question": str(question), "answer": str(row.get("answer", "")),
+                    "metadata": {"type": meta.get("type", "v_bar"), "columns_bbox": cols, "rows_bbox": rws}})
+    return out
+
+
+@dataclass
+class VToolEnv:
+    """Tools, prompt and reward of VTool-R1, independent of the training framework."""
+
+    version: str = "v2"
+    """Official semantics ("v1" / "v2")."""
+    executor: ToolExecutor = field(default_factory=lambda: ToolExecutor(mode="sandbox"))
+    """Free-form model code: always the sandbox at paper scale."""
+    judge: Callable | None = None
+    """``judge(question, gt, answer) -> 0/1`` (e.g. :class:`JudgeClient`); None = the ReFocus heuristic."""
+
+    def execute(self, y1: str, image: Image.Image, metadata: Mapping) -> tuple[str, ToolResult | None]:
+        """Parse y' and run its code: (kind, result) with kind notool / tool / failed."""
+        p = parse_action(y1, self.version)
+        if p.kind == "notool":
+            return "notool", None
+        if p.kind == "failed":
+            return "failed", ToolResult(False, error="SyntaxError", message=p.error, path="parse")
+        boxes = metadata.get("columns_bbox") or {}
+        res = self.executor.execute(p.code, image, boxes) if boxes == metadata.get("rows_bbox", boxes) else \
+            self._execute_table(p.code, image, metadata)
+        return "tool", res
+
+    def _execute_table(self, code: str, image: Image.Image, metadata: Mapping) -> ToolResult:
+        from iclr26.core.sandbox import run_untrusted
+
+        from .executor import _from_displayed
+        from .tools import tool_specs
+
+        res = run_untrusted(code, {"image_1": image.copy(), "columns_bbox": dict(metadata["columns_bbox"]),
+                                   "rows_bbox": dict(metadata["rows_bbox"])},
+                            tools=tool_specs(self.version), result_name=None, limits=self.executor.limits)
+        return _from_displayed(res.displayed) if res.ok else ToolResult(False, error=res.error, message=res.message)
+
+    def reward(self, question: str, y: str, gt: str) -> float:
+        ans = extract_final_answer(y, self.version)
+        if self.judge is not None:
+            return float(self.judge(question, gt, ans))
+        return float(refocus_score(ans, gt) >= 0.95 or exact_match_reward(ans, gt))
+
+
+def two_round_rollout(generate: Callable[[list[dict]], str], row: Mapping, env: VToolEnv) -> dict:
+    """y' = generate(round 1); run the tool; y = generate(round 2) when a tool was called (v1: on success)."""
+    msgs = round1_messages(row["image"], row["question"], row["metadata"])
+    y1 = generate(msgs)
+    kind, res = env.execute(y1, row["image"], row["metadata"])
+    ok = bool(res is not None and res.ok)
+    if kind == "notool" or (env.version == "v1" and not ok):
+        y, y2 = y1, None
+    else:
+        edited = Image.fromarray(res.image) if ok else None
+        y2 = generate(round2_messages(row["image"], edited, row["question"], row["metadata"], y1, ok, env.version))
+        y = y2
+    return {"y1": y1, "y2": y2, "kind": kind, "tool_ok": ok, "reward": env.reward(row["question"], y, row["answer"])}
+
+
+class HFPolicy:
+    """A local Hugging Face image-text-to-text model (e.g. Qwen2.5-VL-7B-Instruct) as ``generate(messages)``."""
+
+    def __init__(self, model_path: str | Path, device: str = "cpu", max_new_tokens: int = 1024,
+                 temperature: float = 0.0):
+        import transformers
+
+        from iclr26.core.hf import _check_dir, _offline
+
+        path = _check_dir(model_path, "model")
+        with _offline():
+            self.processor = transformers.AutoProcessor.from_pretrained(path, local_files_only=True)
+            cls = getattr(transformers, "AutoModelForImageTextToText", None) or transformers.AutoModelForVision2Seq
+            self.model = cls.from_pretrained(path, local_files_only=True, torch_dtype="auto").to(device).eval()
+        self.device, self.max_new_tokens, self.temperature = device, max_new_tokens, temperature
+
+    def __call__(self, messages: list[dict]) -> str:
+        import torch
+
+        prefix = messages[-1]["role"] == "assistant"  # v1 round 2: continue the assistant turn
+        inputs = self.processor.apply_chat_template(messages, add_generation_prompt=not prefix,
+                                                    continue_final_message=prefix, tokenize=True,
+                                                    return_dict=True, return_tensors="pt").to(self.device)
+        kw = {"do_sample": self.temperature > 0, "max_new_tokens": self.max_new_tokens}
+        if self.temperature > 0:
+            kw.update(temperature=self.temperature, top_p=0.99)
+        with torch.no_grad():
+            out = self.model.generate(**inputs, **kw)
+        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
+
+
+def run_paper_scale(ctx):
+    """Evaluate a local checkpoint on local ReFocus data: pure run and tool-use accuracy, tool-call rate."""
+    from iclr26.core.experiment import ExperimentError, RunOutput, mean_std
+    from iclr26.core.report import markdown_table
+
+    model_path = ctx.local_path("model_path")
+    data_path = ctx.local_path("data_path")
+    limit = int(ctx.option("limit", "200"))
+    version = ctx.option("version", "v2")
+    judge = JudgeClient(ctx.option("judge_api_base")) if ctx.option("judge_api_base") else None
+    try:
+        rows = load_refocus(data_path, limit)
+        policy = HFPolicy(model_path, ctx.device, int(ctx.option("max_new_tokens", "1024")))
+    except (ImportError, ValueError, OSError) as e:
+        raise ExperimentError(f"vtool_r1 paper scale: {e}") from e
+    env = VToolEnv(version=version, judge=judge)
+    pure, tool, called = [], [], []
+    for row in ctx.progress(rows, desc="eval"):
+        y = policy(round1_messages(row["image"], row["question"], row["metadata"], tools=False))
+        pure.append(env.reward(row["question"], y, row["answer"]))
+        r = two_round_rollout(policy, row, env)
+        tool.append(r["reward"])
+        called.append(float(r["kind"] != "notool"))
+    acc = {"pure_run": mean_std([100 * x for x in pure]), "tool_use": mean_std([100 * x for x in tool]),
+           "tool_call_rate": mean_std([100 * x for x in called])}
+    m = {"vtool_acc": acc["tool_use"]["mean"], "text_grpo_acc": float("nan"), "diff": float("nan")}
+    return RunOutput(
+        metrics={"accuracy_pct": acc, "n": len(rows)},
+        measured={"C1": m, "C2": {"text_grpo_acc": float("nan"), "pure_acc": acc["pure_run"]["mean"],
+                                  "diff": float("nan")},
+                  "C3": {"vtool_acc": acc["tool_use"]["mean"], "prompted_acc": float("nan"), "diff": float("nan")},
+                  "C4": {"gap": float("nan")}},
+        tables={"Paper-scale evaluation": markdown_table(["setting", "acc %"], [[k, f"{v['mean']:.1f}"]
+                                                                                for k, v in acc.items()])},
+        notes=["Paper scale evaluates one checkpoint; the claims need the base and the trained checkpoint "
+               "(run twice) and are reported as not measured here."])

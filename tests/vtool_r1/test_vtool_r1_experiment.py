@@ -1,0 +1,111 @@
+"""End to end: the smoke scale, the paper-scale text path with a stub policy, the judge client."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from iclr26.core.experiment import ExperimentError, RunContext, run_experiment
+from iclr26.vtool_r1.charts import make_chart
+from iclr26.vtool_r1.experiment import EXPERIMENT
+from iclr26.vtool_r1.hf_policy import VToolEnv, load_refocus, two_round_rollout
+from iclr26.vtool_r1.reward import JudgeClient
+
+
+def test_smoke_run_writes_every_claim(tmp_path):
+    rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False)
+    res = json.loads((rec.out_dir / "results.json").read_text())
+    assert [c["name"] for c in res["claims"]] == ["C1", "C2", "C3", "C4"]
+    for c in res["claims"]:
+        assert c["measured"] is not None and isinstance(c["passed"], bool)
+    acc = res["metrics"]["accuracy_pct"]
+    assert set(acc) == {"pure", "prompted", "text_grpo", "vtool"}
+    assert all(0 <= acc[a]["mean"] <= 100 for a in acc)
+    for name in ("accuracy_vs_steps", "tool_rate_by_type", "example_rollout"):
+        assert (rec.out_dir / f"{name}.png").exists()
+
+
+@pytest.mark.slow
+def test_small_run(tmp_path):
+    rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
+    assert len(rec.results["claims"]) == 4
+
+
+def _rows(tmp_path):
+    s = make_chart(np.random.default_rng(0), "VAL")
+    Image.fromarray(s.image).save(tmp_path / "c.png")
+    row = {"figure_path": "c.png", "question": s.question, "answer": s.answer,
+           "metadata": json.dumps({"type": "v_bar", "x_values_bbox": s.bboxes})}
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    return s
+
+
+def test_paper_path_with_a_stub_policy(tmp_path):
+    s = _rows(tmp_path)
+    rows = load_refocus(tmp_path / "d.jsonl")
+    assert rows[0]["metadata"]["columns_bbox"] == rows[0]["metadata"]["rows_bbox"] == s.bboxes
+    seen = []
+
+    def policy(messages):
+        seen.append(messages)
+        if len(messages) == 1:  # round 1: call the tool
+            return ("THOUGHT 0: focus.\nACTION 0:\n```python\n"
+                    f"img = focus_on_columns_with_mask(image_1, ['{s.args[0]}'], columns_bbox)\n```")
+        return f"ANSWER: it is {s.answer}. FINAL ANSWER: {s.answer}. TERMINATE"
+
+    out = two_round_rollout(policy, rows[0], VToolEnv(version="v2"))
+    assert out["kind"] == "tool" and out["tool_ok"] and out["reward"] == 1.0
+    last = seen[-1]
+    assert [m["role"] for m in last] == ["user", "assistant", "user"]
+    edited = [c["image"] for c in last[2]["content"] if c["type"] == "image"][0]
+    assert (np.asarray(edited) != s.image).any()
+    # hostile round-1 code: a failed tool step, v2 still answers in round 2
+    hostile = "```python\nimport os\ndisplay(image_1)\n```"
+    out2 = two_round_rollout(lambda m: hostile if len(m) == 1 else "FINAL ANSWER: 0.", rows[0], VToolEnv(version="v2"))
+    assert out2["kind"] == "tool" and not out2["tool_ok"] and out2["reward"] == 0.0
+
+
+def test_paper_scale_needs_local_paths(tmp_path):
+    ctx = RunContext(scale="paper", seeds=(0,), out_dir=tmp_path, show_progress=False)
+    with pytest.raises(ExperimentError):
+        EXPERIMENT.run(ctx)
+
+
+def test_judge_client_against_a_stub_server():
+    got = {}
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            got.update(body)
+            text = "1" if "Student answer: 7" in body["messages"][1]["content"] else "0"
+            data = json.dumps({"choices": [{"message": {"content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        judge = JudgeClient(f"http://127.0.0.1:{srv.server_port}/v1")
+        assert judge("q", "7", "7") == 1.0 and judge("q", "7", "8") == 0.0 and judge("q", "7", None) == 0.0
+        assert got["temperature"] == 0.0 and got["max_tokens"] == 10
+    finally:
+        srv.shutdown()
+
+
+def test_v1_preset_through_the_experiment(tmp_path):
+    rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False,
+                         options={"version": "v1", "rl_steps": "1"})
+    cfg = rec.results["metrics"]["config"]["rl"]
+    assert cfg["version"] == "v1" and cfg["round2_temperature"] == 0.5 and cfg["steps"] == 1
+    with pytest.raises(ExperimentError):
+        run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options={"version": "v3"})

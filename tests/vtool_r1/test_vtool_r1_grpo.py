@@ -1,0 +1,167 @@
+"""Trainable masks in both presets (8.4), GRPO math (8.5), KL (8.6), reduction (8.8), groups (8.9)."""
+
+import numpy as np
+import pytest
+import torch
+
+import iclr26.vtool_r1.rollout as R
+from iclr26.core.grpo import group_advantages, grpo_loss
+from iclr26.vtool_r1.charts import make_chart
+from iclr26.vtool_r1.executor import ToolExecutor
+from iclr26.vtool_r1.model import ANS_LEN, ID, Q_LEN, R1_LEN, TinyToolVLM, TinyVLMConfig
+from iclr26.vtool_r1.vtool import PRESETS, VToolConfig, dual_clip_policy_loss, grpo_step, low_var_kl, vtool_loss
+
+TINY = TinyVLMConfig(d_model=32, n_layers=1, n_heads=2)
+
+
+def _pad(toks, n):
+    return toks + [ID["PAD"]] * (n - len(toks))
+
+
+def _scripted(monkeypatch, round1, round2):
+    """Replace sampling: row i of round 1 emits round1[i]; round-2 rows emit round2 (in order)."""
+    calls = {"n": 0}
+
+    def fake(model, mode_ids, images, prefix, max_new, stop_ids, temperature, generator):
+        calls["n"] += 1
+        if max_new == R1_LEN:
+            return torch.tensor([_pad(t, R1_LEN) for t in round1])
+        return torch.tensor([_pad(round2[j], ANS_LEN) for j in range(prefix.shape[0])])
+
+    monkeypatch.setattr(R, "sample_tail", fake)
+    return calls
+
+
+def _batch():
+    s = make_chart(np.random.default_rng(5), "VAL")
+    lab = s.args[0]
+    direct = [ID["DIRECT"], ID[s.answer], ID["EOS"]]
+    good = [ID["CALL"], ID["MASK"], ID["COL"], ID[lab], ID["ENDCALL"]]
+    broken = [ID["CALL"], ID["COL"], ID[lab], ID["ENDCALL"]]  # no op: unknown function -> fails
+    return s, [direct, good, broken], [[ID[s.answer], ID["EOS"]], [ID["1"] if s.answer != "1" else ID["2"], ID["EOS"]]]
+
+
+def test_masks_v2(monkeypatch):
+    s, r1, r2 = _batch()
+    _scripted(monkeypatch, r1, r2)
+    ro = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor(), 1.0, 1.0, "v2")
+    m = ro.mask
+    # direct: the 3 round-1 tokens are trainable (targets tail[Q..Q+2] predicted at Q-1..Q+1)
+    assert m[0].nonzero().flatten().tolist() == [Q_LEN - 1, Q_LEN, Q_LEN + 1] and ro.n_images[0] == 1
+    # tool ok and tool failed (v2 still runs round 2): only the answer + EOS; y' and OBS are 0
+    for i in (1, 2):
+        assert m[i].nonzero().flatten().tolist() == [Q_LEN + R1_LEN, Q_LEN + R1_LEN + 1] and ro.n_images[i] == 2
+        assert m[i, : Q_LEN + R1_LEN].sum() == 0
+    assert ro.tool_ok.tolist() == [False, True, False] and ro.called.tolist() == [False, True, True]
+    assert ro.tail[1, Q_LEN + R1_LEN] == ID["OBS"] and ro.tail[2, Q_LEN + R1_LEN] == ID["OBS_FAIL"]
+    assert ro.rewards.tolist() == [1.0, 1.0, 0.0]  # reward of y (the final segment)
+    assert (ro.img2[2] == 255).all() and not (ro.img2[1] == ro.img1[1]).all()
+
+
+def test_masks_v1_failure_trains_round1(monkeypatch):
+    s, r1, r2 = _batch()
+    _scripted(monkeypatch, r1, r2)
+    ro = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor("v1"), 1.0, 0.5,
+                         "v1")
+    assert ro.n_images.tolist() == [1, 2, 1]  # v1: no round 2 after a failed call
+    assert ro.mask[2].nonzero().flatten().tolist() == list(range(Q_LEN - 1, Q_LEN - 1 + 4))  # y' incl. ENDCALL
+    assert ro.rewards[2] == 0.0 and ro.mask[1].nonzero().flatten().tolist() == [Q_LEN + R1_LEN, Q_LEN + R1_LEN + 1]
+    # the non-paper variant trains y' on the tool path too
+    _scripted(monkeypatch, r1, r2)
+    ro2 = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor(), 1.0, 1.0,
+                          "v2", train_tool_tokens=True)
+    assert ro2.mask[1, Q_LEN - 1:Q_LEN - 1 + 5].sum() == 5
+
+
+def test_group_advantages_hand_values_and_bookkeeping(monkeypatch):
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 0]), torch.zeros(5, dtype=torch.long))
+    assert adv.tolist() == pytest.approx([1.7888534, -0.4472134, -0.4472134, -0.4472134, -0.4472134], abs=1e-5)
+    assert group_advantages(torch.ones(4), torch.zeros(4, dtype=torch.long)).abs().sum() == 0
+    # mixed paths inside one group: the group stays intact and select() keeps rows aligned
+    s, r1, r2 = _batch()
+    _scripted(monkeypatch, r1 * 2, r2 * 2)
+    g = torch.tensor([0, 0, 0, 1, 1, 1])
+    ro = R.rollout_tools(TinyToolVLM(TINY), [s] * 6, g, ToolExecutor(), 1.0, 1.0, "v2")
+    a = group_advantages(ro.rewards, ro.group)
+    perm = torch.tensor([5, 0, 3, 2, 4, 1])
+    sub = ro.select(perm)
+    assert torch.equal(sub.group, g[perm]) and torch.equal(sub.rewards, ro.rewards[perm])
+    assert torch.equal(group_advantages(sub.rewards, sub.group), a[perm])
+
+
+def test_clip_and_dual_clip():
+    mask = torch.ones(1, 1)
+    old = torch.zeros(1, 1)
+    for r in (1.4, 2.0, 5.0):  # A > 0: above 1 + eps_high = 1.3 the loss is constant (-1.3 A) with zero grad
+        lp = torch.full((1, 1), float(np.log(r)), requires_grad=True)
+        loss = dual_clip_policy_loss(lp, old, torch.tensor([2.0]), mask, 0.2, 0.3, 3.0)
+        loss.backward()
+        assert float(loss.detach()) == pytest.approx(-1.3 * 2.0) and lp.grad.abs().item() == 0
+    # A < 0 with a huge ratio: the dual clip caps the loss at 3 |A|
+    lp = torch.full((1, 1), float(np.log(10.0)))
+    assert float(dual_clip_policy_loss(lp, old, torch.tensor([-1.5]), mask, 0.2, 0.3, 3.0)) == pytest.approx(4.5)
+    assert float(dual_clip_policy_loss(lp, old, torch.tensor([-1.5]), mask, 0.2, 0.3, None)) == pytest.approx(15.0)
+    # A < 0, ratio below 1 - eps_low: clipped at 0.8
+    lp = torch.full((1, 1), float(np.log(0.5)))
+    assert float(dual_clip_policy_loss(lp, old, torch.tensor([-1.0]), mask)) == pytest.approx(0.8)
+
+
+def test_token_mean_aggregation():
+    lp = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 1, 1], [1, 0, 0]])
+    adv = torch.tensor([1.0, -2.0])
+    # ratio 1: per-token loss -A; token mean = (3 * -1 + 1 * 2) / 4
+    assert float(dual_clip_policy_loss(lp, lp, adv, mask)) == pytest.approx(-0.25)
+
+
+def test_low_var_kl():
+    a = torch.randn(50)
+    assert low_var_kl(a, a).abs().max() == 0
+    b = torch.randn(50) * 3
+    assert (low_var_kl(a, b) >= 0).all()
+    assert float(low_var_kl(torch.tensor([0.0]), torch.tensor([30.0]))) == 10.0
+    assert float(low_var_kl(torch.tensor([0.0]), torch.tensor([1.0]))) == pytest.approx(np.e - 2)
+
+
+def test_tools_disabled_loss_equals_text_grpo_loss():
+    torch.manual_seed(0)
+    model = TinyToolVLM(TINY)
+    ref = TinyToolVLM(TINY)
+    samples = [make_chart(np.random.default_rng(i)) for i in range(3) for _ in range(4)]
+    g = torch.arange(3).repeat_interleave(4)
+    gen = torch.Generator().manual_seed(0)
+    ro = R.rollout_tools(model, samples, g, ToolExecutor(), 1.0, 1.0, "v2", gen, allow_tools=False)
+    assert (ro.n_images == 1).all() and not ro.tool_ok.any()
+    ro.rewards = torch.tensor([1.0, 0, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0])  # varied rewards so advantages are non-zero
+    cfg = VToolConfig(group_size=4, n_prompts=3)
+    adv = group_advantages(ro.rewards, ro.group)
+    lp = R.sequence_logprobs(model, ro)
+    ref_lp = R.sequence_logprobs(ref, ro).detach()
+    ours = vtool_loss(lp, lp.detach(), ref_lp, adv, ro.mask, cfg)
+    # independent text-only GRPO: plain forward over the same single-image sequences + core.grpo.grpo_loss
+    logits = model(ro.mode, [ro.img1], ro.tail)[:, :-1]
+    tok_lp = logits.log_softmax(-1).gather(-1, ro.tail[:, 1:, None]).squeeze(-1)
+    ref_logits = ref(ro.mode, [ro.img1], ro.tail)[:, :-1]
+    ref_tok = ref_logits.log_softmax(-1).gather(-1, ro.tail[:, 1:, None]).squeeze(-1)
+    theirs, _ = grpo_loss(tok_lp, tok_lp.detach(), ref_tok.detach(), adv, ro.mask, 0.2, 0.3, 0.01, "token_mean")
+    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), abs=1e-6)
+    assert abs(float(ours.detach())) > 0
+
+
+def test_grpo_step_runs_and_presets():
+    assert PRESETS["v1"].group_size == 5 and PRESETS["v1"].round2_temperature == 0.5
+    assert PRESETS["v2"].version == "v2" and PRESETS["v2"].kl_coef == 0.01
+    with pytest.raises(ValueError):
+        VToolConfig(version="v3")
+    torch.manual_seed(0)
+    model, ref = TinyToolVLM(TINY), TinyToolVLM(TINY)
+    samples = [make_chart(np.random.default_rng(i)) for i in range(2) for _ in range(4)]
+    g = torch.arange(2).repeat_interleave(4)
+    gen = torch.Generator().manual_seed(1)
+    ro = R.rollout_tools(model, samples, g, ToolExecutor(), 1.0, 1.0, "v2", gen)
+    ro.rewards = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = grpo_step(model, ref, torch.optim.AdamW(model.parameters(), lr=1e-2), ro,
+                      VToolConfig(group_size=4, n_prompts=2), gen)
+    assert np.isfinite(stats["loss"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
