@@ -200,6 +200,12 @@ def run_conformer_experiment(ctx: RunContext) -> RunOutput:
         require_rdkit()
         smiles = ctx.option("smiles", "OCCO")
         pos, _ = generate_conformers(smiles, int(ctx.option("n_conformers", "3000")), 0)
+        if pos.shape[0] < 10:
+            # Seen with rdkit 2026.09: ETKDG returned every conformer with the same O-C-C-O dihedral
+            # (anti), so the g+ basin is empty. Fail clearly rather than train on nothing.
+            raise ExperimentError(f"RDKit produced {pos.shape[0]} conformers of {smiles} in the g+ O-C-C-O basin "
+                                  "(need >= 10); this RDKit build's embedding does not sample the torsion. "
+                                  "Pass your own conformers with --set conformers=PATH.npy")
         source = f"RDKit ETKDG+MMFF conformers of {smiles} (g+ basin)"
     n_atoms = pos.shape[1]
     thr = float(ctx.option("threshold", "0.9"))
