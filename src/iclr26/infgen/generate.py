@@ -41,7 +41,7 @@ from iclr26.infgen.tokenizer import (
     select_map_segment,
     state_from_relative,
 )
-from iclr26.infgen.world import Scene, align_to_even_steps
+from iclr26.infgen.world import Scene, align_to_even_steps, scene_from_rows
 
 INSERTION_MODES = ("released", "learned", "off")
 
@@ -222,7 +222,7 @@ class Generator:
                 if not forced_next and self._evict(a, map_, cfg):
                     self._remove(agents, a, slot_free_at, t)
             tl_cur = seed.tl[t + 1].copy() if forced_next and t + 1 < seed.T else tl_next
-        return _to_scene(log_rows, tl_log, meta, map_, seed.dt)
+        return scene_from_rows(log_rows, tl_log, meta, map_, seed.dt)
 
     @staticmethod
     def _remove(agents, a, slot_free_at, t):
@@ -301,21 +301,6 @@ class Generator:
         ca = box_corners(state[0], state[1], state[2], size[0], size[1])
         cb = box_corners(s[:, 0], s[:, 1], s[:, 2], sz[:, 0], sz[:, 1])
         return bool(boxes_overlap(ca[None], cb).any())
-
-
-def _to_scene(log_rows, tl_log, meta, map_, dt) -> Scene:
-    uids = sorted(meta)
-    col = {u: j for j, u in enumerate(uids)}
-    T, A = len(log_rows), len(uids)
-    states = np.zeros((T, A, 4))
-    valid = np.zeros((T, A), bool)
-    for t, row in enumerate(log_rows):
-        for u, s in row.items():
-            states[t, col[u]] = s
-            valid[t, col[u]] = True
-    size = np.array([meta[u][0] for u in uids]).reshape(A, 3)
-    types = np.array([meta[u][1] for u in uids], dtype=int)
-    return Scene(states, valid, size, types, np.asarray(uids, dtype=int), np.stack(tl_log), map_, dt)
 
 
 def log_replay(seed: Scene, horizon: int) -> Scene:

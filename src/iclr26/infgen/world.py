@@ -372,19 +372,8 @@ class TinyTown:
                     row[v["uid"]] = (x, y, h, v["v"])
                     records.setdefault(v["uid"], dict(size=(v["length"], v["width"], v["height"]), type=v["type"]))
                 log_rows.append(row)
-        uids = sorted(records)
-        col = {u: j for j, u in enumerate(uids)}
-        T, A = len(log_rows), len(uids)
-        states = np.zeros((T, A, 4))
-        valid = np.zeros((T, A), bool)
-        for t, row in enumerate(log_rows):
-            for u, st in row.items():
-                states[t, col[u]] = st
-                valid[t, col[u]] = True
-        size = np.array([records[u]["size"] for u in uids]).reshape(A, 3)
-        types = np.array([records[u]["type"] for u in uids], dtype=int)
-        return Scene(states, valid, size, types, np.asarray(uids, dtype=int), np.stack(log_tl), self.map,
-                     cfg.log_dt)
+        meta = {u: (r["size"], r["type"]) for u, r in records.items()}
+        return scene_from_rows(log_rows, log_tl, meta, self.map, cfg.log_dt)
 
     def _idm(self, me: dict, veh: list[dict], lights: np.ndarray) -> float:
         cfg = self.cfg
@@ -425,6 +414,23 @@ class TinyTown:
         j = int(np.searchsorted(offs, s, side="right") - 1)
         j = max(0, min(j, len(offs) - 1))
         return route["lanes"][j], s - offs[j]
+
+
+def scene_from_rows(log_rows: list[dict], tl_log: list, meta: dict, map_, dt: float) -> Scene:
+    """Build a :class:`Scene` from per-step rows ``{uid: (x, y, heading, speed)}``, the per-step
+    traffic-light states, and ``meta[uid] = (size (l, w, h), type)``; columns are sorted uids."""
+    uids = sorted(meta)
+    col = {u: j for j, u in enumerate(uids)}
+    T, A = len(log_rows), len(uids)
+    states = np.zeros((T, A, 4))
+    valid = np.zeros((T, A), bool)
+    for t, row in enumerate(log_rows):
+        for u, st in row.items():
+            states[t, col[u]] = st
+            valid[t, col[u]] = True
+    size = np.array([meta[u][0] for u in uids]).reshape(A, 3)
+    types = np.array([meta[u][1] for u in uids], dtype=int)
+    return Scene(states, valid, size, types, np.asarray(uids, dtype=int), np.stack(tl_log), map_, dt)
 
 
 def align_to_even_steps(scene: Scene) -> Scene:
