@@ -91,3 +91,29 @@ def test_ddp_two_processes_matches_one_process(tmp_path):
     assert all(math.isfinite(v) for v in a)
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
     assert a[-1] < a[0]
+
+
+def test_grad_accumulation_equals_one_big_batch():
+    """k micro-batches of size b with a mean loss == one step on the concatenated k*b batch."""
+    big_model, _, loss_fn = _setup()
+    small_model, _, _ = _setup()
+    small_model.load_state_dict(big_model.state_dict())
+    big_model[2].p = small_model[2].p = 0.0  # no dropout: the two runs draw different masks
+
+    def micro(step, rank, world):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(4, 3, generator=g)
+        return x, x[:, :1] * 2 - x[:, 1:2]
+
+    def big(step, rank, world):
+        parts = [micro(step * 3 + i, rank, world) for i in range(3)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    base = dict(steps=6, lr=1e-2, warmup_steps=2, progress=False)
+    a = fit(big_model, loss_fn, big, TrainConfig(**base))
+    b = fit(small_model, loss_fn, micro, TrainConfig(**base, grad_accum=3))
+    assert a.losses == pytest.approx(b.losses, abs=1e-6)
+    for x, y in zip(big_model.parameters(), small_model.parameters()):
+        assert torch.allclose(x, y, atol=1e-6)
+    with pytest.raises(ValueError, match="grad_accum"):
+        TrainConfig(grad_accum=0)

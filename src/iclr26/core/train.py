@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class TrainConfig:
     log_every: refresh the progress-bar loss every N steps.
     progress: draw a progress bar.
     desc: progress-bar label.
+    grad_accum: micro-batches per optimiser step; step t uses ``get_batch(t * grad_accum + i)`` for
+        i < grad_accum and the mean of their losses (equal to one step on the concatenated batch when
+        micro-batches have equal size and the loss is a mean).
     """
 
     steps: int = 1000
@@ -57,10 +61,12 @@ class TrainConfig:
     log_every: int = 10
     progress: bool = True
     desc: str = "train"
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.lr <= 0 or self.warmup_steps < 0:
-            raise ValueError(f"bad TrainConfig: steps={self.steps}, lr={self.lr}, warmup={self.warmup_steps}")
+        if self.steps < 1 or self.lr <= 0 or self.warmup_steps < 0 or self.grad_accum < 1:
+            raise ValueError(f"bad TrainConfig: steps={self.steps}, lr={self.lr}, warmup={self.warmup_steps}, "
+                             f"grad_accum={self.grad_accum}")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -198,13 +204,19 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = get_batch(step, rank, world)
-        out = loss_fn(train_model, batch)
-        loss = out[0] if isinstance(out, tuple) else out
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        k = cfg.grad_accum
+        loss = torch.zeros(())
+        for micro in range(k):
+            # DDP all-reduces gradients only on the last micro-batch of the step
+            sync = nullcontext() if world == 1 or micro == k - 1 else train_model.no_sync()
+            with sync:
+                out = loss_fn(train_model, get_batch(step * k + micro, rank, world))
+                micro_loss = (out[0] if isinstance(out, tuple) else out) / k
+                if not torch.isfinite(micro_loss):
+                    raise FloatingPointError(f"non-finite loss {float(micro_loss.detach())} at step {step}")
+                micro_loss.backward()
+            loss = loss + micro_loss.detach()
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
