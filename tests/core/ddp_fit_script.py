@@ -30,7 +30,8 @@ def loss_fn(model, batch):
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    cfg = TrainConfig(steps=12, lr=3e-2, warmup_steps=3, grad_clip=0.5, progress=False)
+    accum = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    cfg = TrainConfig(steps=12, lr=3e-2, warmup_steps=3, grad_clip=0.5, progress=False, grad_accum=accum)
     res = fit(make_model(), loss_fn, get_batch, cfg)
     import torch.distributed as dist
 
