@@ -10,13 +10,7 @@ from iclr26.infgen.model import InfGenConfig, InfGenModel
 from iclr26.infgen.tokenizer import SOS, MotionTokenizer, SceneTokenizer
 from iclr26.infgen.world import TinyTown, align_to_even_steps, cut_windows
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,7 @@ from iclr26.infgen.world import TinyTown, cut_windows
 WINDOW = 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Many tiny ops: one thread avoids OpenMP contention on a shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 
 from iclr26.core.experiment import ExperimentError, run_experiment
 from iclr26.infgen.experiment import EXPERIMENT
@@ -13,13 +12,7 @@ from iclr26.infgen.scenarionet import load_scenarios, scenario_to_scene
 from iclr26.infgen.tokenizer import SOS, SceneTokenizer
 from iclr26.infgen.world import GREEN, RED, align_to_even_steps
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def fake_scenario(seed: int, T: int = 91) -> dict:

@@ -18,14 +18,7 @@ from iclr26.mesh.model import (
     passthrough_slots,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest (and robustly on a shared 2-core machine) on one thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny(layout="1+2R3+1", scheme="mesh", **kw):
