@@ -19,15 +19,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"iclr26: error: {message}\n")
 
 
+MAX_SEED = 2**32 - 1
+"""Largest accepted seed: numpy's legacy seeding (used by scikit-learn and several papers) takes 32 bits."""
+
+
 def _parse_seeds(text: str) -> tuple[int, ...]:
+    short = text if len(text) <= 60 else text[:57] + "..."
+    if len(text) > 10_000:
+        raise ValueError(f"malformed --seeds '{short}': too long")
     try:
         seeds = tuple(int(s) for s in text.split(","))
     except ValueError:
-        raise ValueError(f"malformed --seeds '{text}': expected comma-separated integers, e.g. 0,1,2") from None
+        raise ValueError(f"malformed --seeds '{short}': expected comma-separated integers, e.g. 0,1,2") from None
     if any(s < 0 for s in seeds):
-        raise ValueError(f"malformed --seeds '{text}': seeds must be non-negative integers")
+        raise ValueError(f"malformed --seeds '{short}': seeds must be non-negative integers")
+    if any(s > MAX_SEED for s in seeds):
+        raise ValueError(f"malformed --seeds '{short}': seeds must be at most 2**32-1 = {MAX_SEED}")
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"malformed --seeds '{text}': repeated seed")
+        raise ValueError(f"malformed --seeds '{short}': repeated seed")
     return seeds
 
 
@@ -41,10 +50,17 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_writable(out: Path) -> None:
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
+def _check_writable(out: Path, slug: str) -> None:
+    """Refuse, before anything runs, an --out whose run folder cannot be created."""
+    try:
+        probe = out.resolve()
+        for path in (out / slug, out):
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"output path '{path}' exists and is not a directory")
+        while not probe.exists():
+            probe = probe.parent
+    except (OSError, RuntimeError) as exc:
+        raise ValueError(f"output directory '{out}' is not usable: {exc}") from None
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"output directory '{out}' is not writable")
 
@@ -68,29 +84,40 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="experiment option, e.g. --set model_path=/models/llada (repeatable)")
     r.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
+    r.add_argument("--show-config", action="store_true",
+                   help="print the resolved config of this scale (with --set applied) and exit")
+    r.add_argument("--debug", action="store_true", help="show the full traceback when the run fails")
     rep = sub.add_parser("report", help="overview of the latest run of every paper",
                          description="Overview of the latest run of every paper under DIR: paper, "
                          "scale, seeds, claims passed/total, wall time, date. Writes DIR/overview.md.")
     rep.add_argument("--runs", default="runs", help="runs directory (default: runs/)")
+    rep.add_argument("--html", default=None, metavar="DIR",
+                     help="also write a static results site to DIR: an index over papers and scales, one page per run")
     return p
 
 
 def _cmd_list() -> int:
-    from iclr26.core.experiment import LOAD_ERRORS, discover
+    """One line per paper, read without importing the papers (fast), with its latest verdicts."""
+    from iclr26.core.registry import static_index
+    from iclr26.core.report import latest_verdicts
 
-    exps = discover()
-    if not exps:
+    entries, warnings = static_index()
+    if not entries:
         print("no papers registered yet")
-    for slug, exp in exps.items():
-        claims = ", ".join(c.name for c in exp.claims)
-        print(f"{slug:14s} {exp.title}  [arXiv {exp.arxiv}]  claims: {claims}")
-    for slug, err in LOAD_ERRORS.items():
-        print(f"iclr26: warning: paper '{slug}' failed to load: {err}", file=sys.stderr)
+    verdicts = latest_verdicts(Path("runs"))
+    for e in entries:
+        claims = ", ".join(e.claims)
+        latest = verdicts.get(e.slug)
+        tail = f"  latest: {latest}" if latest else ""
+        print(f"{e.slug:14s} {e.title}  [arXiv {e.arxiv}]  claims: {claims}{tail}")
+    for w in warnings:
+        print(f"iclr26: warning: {w}", file=sys.stderr)
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from iclr26.core.experiment import LOAD_ERRORS, discover, run_experiment
+    from iclr26.core.config import ConfigError, format_config
+    from iclr26.core.experiment import LOAD_ERRORS, discover, resolve_config, run_experiment
     from iclr26.core.report import print_claims
 
     exps = discover()
@@ -109,20 +136,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         seeds = _parse_seeds(args.seeds) if args.seeds is not None else None
         options = _parse_sets(args.sets)
+        cfg = resolve_config(exp, args.scale, options)
+        if args.show_config:
+            if cfg is None:
+                print(f"{args.slug} has no typed config yet; options given: {options}")
+            else:
+                print(f"# {args.slug} · scale {args.scale}\n" + format_config(cfg))
+            return 0
         out = Path(args.out)
-        _check_writable(out)
-    except ValueError as exc:
+        _check_writable(out, args.slug)
+    except (ValueError, ConfigError) as exc:
         print(f"iclr26: error: {exc}", file=sys.stderr)
         return 2
     try:
         record = run_experiment(exp, args.scale, seeds, out, options,
-                                show_progress=not args.no_progress and sys.stderr.isatty())
-    except ExperimentError as exc:
+                                show_progress=not args.no_progress and sys.stderr.isatty(),
+                                argv=["iclr26", *sys.argv[1:]])
+    except (ExperimentError, ConfigError) as exc:
         print(f"iclr26: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("iclr26: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a failed run: one line (the traceback with --debug)
+        if args.debug:
+            raise
+        msg = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(f"iclr26: error: run failed: {type(exc).__name__}: {msg} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
     print_claims(record.results, record.out_dir)
     return 0
 
@@ -135,13 +177,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"iclr26: error: runs directory '{runs_dir}' does not exist; run `iclr26 run SLUG` first",
               file=sys.stderr)
         return 2
-    runs = latest_runs(runs_dir)
+    skipped: list[str] = []
+    runs = latest_runs(runs_dir, skipped=skipped)
+    for warning in skipped:
+        print(f"iclr26: warning: skipped {warning}", file=sys.stderr)
     text = overview_markdown(runs)
     print(text)
     try:
         (runs_dir / "overview.md").write_text("# iclr26: latest run of every paper\n\n" + text + "\n")
-    except OSError:
-        pass
+    except OSError as exc:
+        print(f"iclr26: warning: could not write {runs_dir / 'overview.md'}: {exc}", file=sys.stderr)
+    if args.html:
+        from iclr26.core.html import write_site
+
+        try:
+            index = write_site(runs_dir, Path(args.html))
+        except OSError as exc:
+            print(f"iclr26: error: cannot write the HTML site to '{args.html}': {exc}", file=sys.stderr)
+            return 2
+        print(f"HTML: {index}")
     return 0
 
 

@@ -1,5 +1,7 @@
 """A test-only experiment: fits a 1-d linear model with fit() and checks two claims (one fails)."""
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 import torch
 
@@ -8,7 +10,27 @@ from iclr26.core.report import markdown_table, plot_curves
 from iclr26.core.train import TrainConfig, fit
 
 
+@dataclass(frozen=True)
+class ToyConfig:
+    """The toy's settings.
+
+    slope: the true slope of the data.
+    noise: std of the label noise.
+    train: optimisation.
+    """
+
+    slope: float = 3.0
+    noise: float = 0.0
+    train: TrainConfig = TrainConfig(steps=300, lr=0.1, warmup_steps=2, progress=False, log_every=50)
+
+
+def config_for(scale: str) -> ToyConfig:
+    cfg = ToyConfig()
+    return replace(cfg, train=replace(cfg.train, steps=150)) if scale == "smoke" else cfg
+
+
 def run(ctx):
+    cfg = ctx.cfg
     slopes, curves = [], {}
     for seed in ctx.progress(ctx.seeds, desc="seeds"):
         torch.manual_seed(seed)
@@ -17,11 +39,11 @@ def run(ctx):
         def get_batch(step, rank, world, seed=seed):
             g = torch.Generator().manual_seed(seed * 10_000 + step)
             x = torch.randn(32, 1, generator=g)
-            return x, 3.0 * x
+            return x, cfg.slope * x + cfg.noise * torch.randn(32, 1, generator=g)
 
-        steps = 150 if ctx.scale == "smoke" else 300
-        res = fit(model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), get_batch,
-                  TrainConfig(steps=steps, lr=0.1, warmup_steps=2, progress=False))
+        steps = cfg.train.steps
+        res = fit(model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), get_batch, cfg.train,
+                  log=ctx.logger(f"seed{seed}"))
         slopes.append(float(model.weight.detach()))
         curves[f"seed {seed}"] = (np.arange(steps), res.losses)
     plot_curves(ctx.figure_path("loss"), curves, "step", "loss")
@@ -41,4 +63,5 @@ EXPERIMENT = register(Experiment(
         Claim("C2", "a claim that must fail", 10.0, "slope > 10", lambda m: m["slope"] > 10),
     ),
     run=run,
+    config=config_for,
 ))

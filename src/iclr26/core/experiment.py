@@ -95,9 +95,12 @@ class RunContext:
     scale: one of :data:`SCALES`.
     seeds: the seeds to run; claims must be evaluated from these, whichever they are.
     out_dir: the run's folder (figures go here, see :meth:`figure_path`).
-    options: ``--set key=value`` pairs from the command line (strings), e.g. local model paths.
+    options: ``--set key=value`` pairs as given (strings); for experiments with a typed config they
+        are already applied to ``cfg``, so read ``cfg``, not ``options``.
     device: ``"cpu"`` unless the user asked for another torch device with ``--set device=cuda``.
     show_progress: whether progress bars are drawn (off in tests).
+    cfg: the resolved config tree of this run (``Experiment.config(scale)`` with ``--set`` applied),
+        or None for an experiment without a typed config.
     """
 
     scale: str
@@ -107,6 +110,50 @@ class RunContext:
     device: str = "cpu"
     show_progress: bool = True
     figures: list[Path] = field(default_factory=list)
+    cfg: Any = None
+    _tb: Any = field(default=None, repr=False)
+
+    def log(self, step: int, *, series: str = "train", **scalars: Any) -> None:
+        """Append one line ``{"series", "step", **scalars}`` to ``metrics.jsonl`` in the run folder.
+
+        ``series`` names the curve (e.g. ``"seed0/daedal"``); non-finite numbers are written as
+        strings. The report draws one figure per scalar name with one line per series. When the
+        ``tensorboard`` package is installed and ``ICLR26_TENSORBOARD=1``, the scalars also go to
+        ``tb/`` in the run folder.
+        """
+        import json
+
+        row = {"series": str(series), "step": int(step)}
+        for key, value in scalars.items():
+            row[str(key)] = to_jsonable(float(value) if hasattr(value, "item") and not isinstance(value, str)
+                                        else value)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.out_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        self._tensorboard(row)
+
+    def logger(self, series: str) -> Callable[..., None]:
+        """``log(step, **scalars)`` bound to one series, to hand to a training loop (``fit(log=...)``)."""
+
+        def log(step: int, **scalars: Any) -> None:
+            self.log(step, series=series, **scalars)
+
+        return log
+
+    def _tensorboard(self, row: Mapping[str, Any]) -> None:
+        if os.environ.get("ICLR26_TENSORBOARD") != "1":
+            return
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except Exception:  # tensorboard not installed: the jsonl file is the log
+                self._tb = False
+                return
+            self._tb = SummaryWriter(str(self.out_dir / "tb"))
+        if self._tb:
+            for key, value in row.items():
+                if key not in ("series", "step") and isinstance(value, int | float):
+                    self._tb.add_scalar(f"{row['series']}/{key}", value, row["step"])
 
     def progress(self, iterable: Iterable | None = None, total: int | None = None, desc: str = ""):
         """A tqdm progress bar (disabled when ``show_progress`` is False)."""
@@ -139,6 +186,21 @@ class RunContext:
             raise ExperimentError(f"--set {key}={value}: no such file or directory (nothing is downloaded)")
         return path
 
+    def require_path(self, key: str) -> Path:
+        """The path in config field ``key`` (dotted), which must exist on disk (nothing is downloaded)."""
+        value: Any = self.cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value in (None, ""):
+            raise ExperimentError(f"scale '{self.scale}' needs --set {key}=PATH (see the paper's README)")
+        path = Path(str(value)).expanduser()
+        if not path.exists():
+            raise ExperimentError(f"--set {key}={value}: no such file or directory (nothing is downloaded)")
+        return path
+
+
+METRICS_FILE = "metrics.jsonl"
+
 
 @dataclass
 class RunOutput:
@@ -167,6 +229,9 @@ class Experiment:
     run: ``run(ctx: RunContext) -> RunOutput``.
     scales: the scales this experiment supports.
     default_seeds: seeds per scale when ``--seeds`` is not given.
+    config: ``config(scale)`` -> the frozen dataclass tree of every setting that changes a result at
+        that scale (see :mod:`iclr26.core.config`); ``--set a.b=v`` overrides its leaves. None only
+        for experiments not yet moved to a typed config (their ``--set`` options stay strings).
     """
 
     slug: str
@@ -176,6 +241,7 @@ class Experiment:
     run: Callable[[RunContext], RunOutput]
     scales: tuple[str, ...] = SCALES
     default_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_SEEDS))
+    config: Callable[[str], Any] | None = None
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.claims]
@@ -359,24 +425,85 @@ def new_run_dir(out_root: Path, slug: str) -> Path:
     return path
 
 
+RESERVED_OPTIONS = ("device",)
+"""``--set`` keys handled by the runner itself for every paper (not config fields)."""
+
+
+def resolve_config(exp: Experiment, scale: str, options: Mapping[str, str] | None = None) -> Any:
+    """``exp.config(scale)`` with the ``--set`` options applied (type-checked); None without a config.
+
+    Raises :class:`iclr26.core.config.ConfigError` for an unknown key or a value of the wrong type.
+    """
+    from iclr26.core.config import override
+
+    if exp.config is None:
+        return None
+    sets = {k: v for k, v in (options or {}).items() if k not in RESERVED_OPTIONS}
+    return override(exp.config(scale), sets)
+
+
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """What produced a run: argv, git commit (when in a checkout), python/torch/numpy/package versions."""
+    import platform
+    import subprocess
+    import sys
+
+    import iclr26
+
+    info: dict[str, Any] = {"argv": list(sys.argv if argv is None else argv), "python": platform.python_version(),
+                            "numpy": np.__version__, "iclr26": iclr26.__version__, "platform": platform.platform()}
+    torch = sys.modules.get("torch")
+    info["torch"] = getattr(torch, "__version__", None) if torch else _dist_version("torch")
+    try:
+        root = Path(__file__).resolve().parents[3]
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            info["git_commit"] = commit.stdout.strip()
+            info["git_dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = None,
                    out_root: str | Path = "runs", options: Mapping[str, str] | None = None,
-                   show_progress: bool = True) -> RunRecord:
-    """Run ``exp`` at ``scale``, evaluate its claims, write config/results/report/figures."""
+                   show_progress: bool = True, argv: Sequence[str] | None = None) -> RunRecord:
+    """Run ``exp`` at ``scale``, evaluate its claims, write config/results/report/figures.
+
+    ``options`` are the ``--set`` pairs: applied to the experiment's typed config (a
+    :class:`~iclr26.core.config.ConfigError` for an unknown key or bad value, before anything runs).
+    """
+    import datetime as _dt
     import json
     import time
 
     from iclr26.core import report
+    from iclr26.core.config import config_to_dict
 
     if scale not in exp.scales:
         raise ExperimentError(f"{exp.slug} has no scale '{scale}'; valid: {', '.join(exp.scales)}")
     seeds = tuple(int(s) for s in (seeds if seeds is not None else exp.seeds_for(scale)))
-    options = dict(options or {})
+    options = {str(k): str(v) for k, v in (options or {}).items()}
+    cfg = resolve_config(exp, scale, options)
     out_dir = new_run_dir(Path(out_root), exp.slug)
     ctx = RunContext(scale=scale, seeds=seeds, out_dir=out_dir, options=options,
-                     device=options.get("device", "cpu"), show_progress=show_progress)
+                     device=options.get("device", "cpu"), show_progress=show_progress, cfg=cfg)
     config = {"slug": exp.slug, "title": exp.title, "arxiv": exp.arxiv, "scale": scale,
-              "seeds": list(seeds), "options": options}
+              "seeds": list(seeds), "options": options,
+              "config": config_to_dict(cfg) if cfg is not None else None,
+              "provenance": provenance(argv)}
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     start = time.perf_counter()
     output = exp.run(ctx)
@@ -384,8 +511,6 @@ def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = No
     if not isinstance(output, RunOutput):
         raise ExperimentError(f"{exp.slug}: run() returned {type(output).__name__}, expected RunOutput")
     claims = evaluate_claims(exp.claims, output.measured)
-    import datetime as _dt
-
     results = {
         "slug": exp.slug,
         "scale": scale,
@@ -398,6 +523,8 @@ def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = No
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "figures": [p.name for p in ctx.figures if p.exists()],
     }
+    curves = report.plot_logged_curves(out_dir)
+    results["figures"] += [p.name for p in curves if p.name not in results["figures"]]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     report.write_run_report(out_dir, results, output)
     return RunRecord(out_dir=out_dir, results=results, claims=claims)

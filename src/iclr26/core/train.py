@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from iclr26.core.experiment import to_jsonable
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -143,7 +145,7 @@ def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
         "step": step,
         "torch_rng": torch.get_rng_state(),
         "losses": list(result.losses),
-        "evals": list(result.evals),
+        "evals": [(int(step), to_jsonable(metrics)) for step, metrics in result.evals],  # plain types only
         "config": asdict(cfg),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,10 +154,53 @@ def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     os.replace(tmp, path)
 
 
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    return isinstance(value, torch.Tensor) and value.numel() == 1
+
+
+def load_checkpoint(path: Path, cfg: TrainConfig | None = None) -> dict[str, Any]:
+    """Read a :func:`save_checkpoint` file without running code from it (``weights_only=True``).
+
+    With ``cfg``, the checkpoint's recorded config must equal it except for the fields that do not
+    change the optimisation (progress bar, logging, eval and checkpoint cadence); otherwise a
+    ValueError names the differing fields, so a resumed run is the run that was started.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle payloads beyond tensors/containers, truncated files...
+        raise ValueError(f"{path}: not a checkpoint this library wrote ({type(exc).__name__}: {exc})") from None
+    keys = ("model", "optimizer", "step", "torch_rng", "losses", "evals", "config")
+    if not isinstance(state, dict) or any(k not in state for k in keys):
+        lacking = [k for k in keys if not isinstance(state, dict) or k not in state]
+        raise ValueError(f"{path}: checkpoint lacks {lacking}")
+    if cfg is not None:
+        saved, now = state["config"], _jsonish(asdict(cfg))
+        ignore = {"progress", "desc", "log_every", "eval_every", "ckpt_every"}
+        diff = sorted(k for k in set(saved) | set(now) if k not in ignore and _jsonish(saved.get(k)) != now.get(k))
+        if diff:
+            detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diff)
+            raise ValueError(f"{path}: refusing to resume with a different config ({detail}); "
+                             "use another ckpt_dir or resume=False")
+    return state
+
+
+def _jsonish(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonish(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonish(v) for v in value]
+    return value
+
+
 def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: Callable[[int, int, int], Any],
         cfg: TrainConfig, *, eval_fn: Callable[[nn.Module, int], dict[str, Any]] | None = None,
         ckpt_dir: str | Path | None = None, resume: bool = True,
-        optimizer: torch.optim.Optimizer | None = None) -> FitResult:
+        optimizer: torch.optim.Optimizer | None = None,
+        log: Callable[..., None] | None = None) -> FitResult:
     """Train ``model`` for ``cfg.steps`` steps.
 
     loss_fn(model, batch) -> scalar loss tensor, or (loss, metrics dict).
@@ -163,8 +208,15 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
     eval_fn(model, step) -> metrics dict; runs under ``torch.no_grad`` in eval mode.
     ckpt_dir: where ``checkpoint.pt`` is written every ``cfg.ckpt_every`` steps and at the end; with
         ``resume=True`` an existing checkpoint there is loaded and training continues from it.
+    log: ``log(step, **scalars)`` (e.g. ``RunContext.logger("seed0")``), called on rank 0 every
+        ``cfg.log_every`` steps with ``loss``, ``lr``, ``grad_norm`` (before clipping) and the
+        scalars ``loss_fn`` returned, averaged over the step's micro-batches, and with each eval's
+        metrics (prefixed ``eval_``).
     Under torchrun the model is wrapped in DistributedDataParallel (gradients averaged over ranks);
-    only rank 0 writes checkpoints and draws the progress bar.
+    only rank 0 writes checkpoints, logs and draws the progress bar.
+
+    Checkpoints are loaded with ``weights_only=True`` (no code runs from the file), and resuming
+    with a config that differs from the checkpoint's raises ValueError naming the fields.
     """
     from tqdm.auto import tqdm
 
@@ -174,7 +226,7 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
     start = 0
     ckpt_path = Path(ckpt_dir) / CKPT_NAME if ckpt_dir is not None else None
     if ckpt_path is not None and resume and ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        state = load_checkpoint(ckpt_path, cfg)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
@@ -196,6 +248,8 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
             metrics = eval_fn(model, step)
         model.train()
         result.evals.append((step, dict(metrics)))
+        if log is not None and rank == 0:
+            log(step, **{f"eval_{k}": v for k, v in metrics.items() if _is_scalar(v)})
 
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.desc,
                disable=not cfg.progress or rank != 0, leave=False, dynamic_ncols=True)
@@ -207,6 +261,7 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
         optimizer.zero_grad(set_to_none=True)
         k = cfg.grad_accum
         loss = torch.zeros(())
+        extras: dict[str, float] = {}
         for micro in range(k):
             # DDP all-reduces gradients only on the last micro-batch of the step
             sync = nullcontext() if world == 1 or micro == k - 1 else train_model.no_sync()
@@ -217,13 +272,20 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
                     raise FloatingPointError(f"non-finite loss {float(micro_loss.detach())} at step {step}")
                 micro_loss.backward()
             loss = loss + micro_loss.detach()
-        if cfg.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if isinstance(out, tuple) and len(out) > 1 and isinstance(out[1], dict):
+                for key, value in out[1].items():
+                    if _is_scalar(value):
+                        extras[key] = extras.get(key, 0.0) + float(value) / k
+        params = [p for p in model.parameters() if p.grad is not None]
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        grad_norm = float(nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
         optimizer.step()
         result.losses.append(_mean_across_ranks(loss, world))
         done = step + 1
         if cfg.log_every and done % cfg.log_every == 0:
             bar.set_postfix(loss=f"{result.losses[-1]:.4f}", lr=f"{lr:.2e}")
+            if log is not None and rank == 0:
+                log(done, loss=result.losses[-1], lr=lr, grad_norm=grad_norm, **extras)
         if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
             run_eval(done)
         if ckpt_path is not None and cfg.ckpt_every and done % cfg.ckpt_every == 0 and rank == 0:
