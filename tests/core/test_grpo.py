@@ -359,3 +359,35 @@ def test_grpo_config():
     for bad in ({"group_size": 0}, {"agg": "mean"}, {"normalize": "z"}, {"kl_coef": -1.0}, {"std": "x"}):
         with pytest.raises(ValueError):
             GRPOConfig(**bad)
+
+
+def test_dual_clip_bounds_negative_advantage_tokens_only():
+    """ℓ ← min(ℓ, −c·A) where A < 0 (verl clip_ratio_c): hand values for a huge ratio."""
+    from iclr26.core.grpo import policy_loss
+
+    old = torch.zeros(2, 1)
+    logp = torch.tensor([[math.log(5.0)], [math.log(5.0)]], requires_grad=True)  # ratio 5
+    adv = torch.tensor([-1.0, 1.0])
+    mask = torch.ones(2, 1)
+    loss, st = policy_loss(logp, old, adv, mask, 0.2, 0.2, "token_mean", dual_clip=3.0)
+    # A=-1: -min(5*-1, 1.2*-1) = 5, bounded by -c*A = 3; A=+1: -min(5, 1.2) = -1.2
+    assert float(loss) == pytest.approx((3.0 - 1.2) / 2)
+    assert st["clip_frac_dual"] == pytest.approx(0.5)
+    loss_nodual, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, "token_mean")
+    assert float(loss_nodual) == pytest.approx((5.0 - 1.2) / 2)
+    loss.backward()
+    assert float(logp.grad[0, 0]) == 0.0  # the dual-clipped token carries no gradient
+    with pytest.raises(ValueError):
+        policy_loss(logp, old, adv, mask, dual_clip=0.5)
+
+
+def test_kl_k3_clamp_matches_low_var_kl():
+    from iclr26.core.grpo import kl_k3
+
+    logp = torch.tensor([[0.0, -20.0]])
+    ref = torch.tensor([[-1.0, 0.0]])
+    mask = torch.ones(1, 2)
+    d = ref - logp
+    per = torch.exp(d) - d - 1
+    assert float(kl_k3(logp, ref, mask)) == pytest.approx(float(per.mean()), rel=1e-5)
+    assert float(kl_k3(logp, ref, mask, clamp=10.0)) == pytest.approx(float(per.clamp(max=10).mean()), rel=1e-5)

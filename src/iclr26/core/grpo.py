@@ -212,8 +212,9 @@ def policy_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     agg: Agg = "token_mean",
+    dual_clip: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    r"""PPO/GRPO clipped surrogate loss.
+    r"""PPO/GRPO clipped surrogate loss, optionally with the dual clip.
 
     Per unmasked token ``(b, t)``, with ``\varepsilon_l`` = ``clip_eps`` and ``\varepsilon_h`` =
     ``clip_eps_high`` (defaults to ``clip_eps``; DAPO's "clip-higher" sets it larger):
@@ -224,7 +225,11 @@ def policy_loss(
         \ell_{bt} = -\min\big(\rho_{bt} A_b,\;
                               \mathrm{clip}(\rho_{bt}, 1-\varepsilon_l, 1+\varepsilon_h)\, A_b\big)
 
-    and the loss is :func:`masked_aggregate` of ``\ell`` with ``agg``. The gradient w.r.t. ``logp`` is
+    With ``dual_clip`` = ``c`` > 1 (Ye et al. 2020; verl's ``clip_ratio_c``, VTool-R1 uses 3), tokens
+    with a negative advantage are further bounded, :math:`\ell_{bt} \leftarrow \min(\ell_{bt}, -c A_b)`
+    for :math:`A_b < 0`, so one very large ratio cannot dominate the update.
+
+    The loss is :func:`masked_aggregate` of ``\ell`` with ``agg``. The gradient w.r.t. ``logp`` is
     zero exactly on the *clipped* tokens: ``A > 0`` and ``\rho > 1+\varepsilon_h``, or ``A < 0`` and
     ``\rho < 1-\varepsilon_l``. ``old_logp`` is treated as a constant (detached).
 
@@ -261,6 +266,13 @@ def policy_loss(
     surr = ratio * adv
     surr_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
     per_token = -torch.minimum(surr, surr_clipped)
+    dual = torch.zeros_like(keep)
+    if dual_clip is not None and dual_clip > 0:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip}")
+        dual_bound = -float(dual_clip) * adv
+        dual = keep & (adv < 0) & (per_token > dual_bound)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, dual_bound), per_token)
     loss = masked_aggregate(per_token, mask, agg)
 
     with torch.no_grad():
@@ -276,13 +288,15 @@ def policy_loss(
             "ratio_mean": _masked_token_mean(r, keep),
             "ratio_max": float(torch.where(keep, r, torch.zeros_like(r)).max()) if n_tokens else 1.0,
             "approx_kl": _masked_token_mean(torch.expm1(lr) - lr, keep),
+            "clip_frac_dual": _masked_token_mean(dual.to(r.dtype), keep),
             "n_tokens": float(n_tokens),
         }
         stats["clip_frac"] = stats["clip_frac_low"] + stats["clip_frac_high"]
     return loss, stats
 
 
-def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean") -> Tensor:
+def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean",
+          clamp: float | None = None) -> Tensor:
     r"""k3 estimator of KL(pi_theta || pi_ref) on tokens sampled from pi_theta, aggregated like the loss.
 
     With :math:`d_{bt} = \log\pi_{ref} - \log\pi_\theta` (Schulman's "k3"):
@@ -295,6 +309,9 @@ def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean")
     (unbiased because :math:`\mathbb{E}_{\pi_\theta}[e^d] = 1`). Computed as ``expm1(d) - d`` for
     accuracy near ``d = 0`` and clamped at 0 against rounding. ``ref_logp`` is detached; gradients flow
     through ``logp``. Masked positions get ``d = 0``. Returns a scalar (:func:`masked_aggregate`).
+
+    ``clamp``: bound each token's estimate above (verl's ``low_var_kl`` clamps it to [-10, 10], so
+    ``clamp=10`` reproduces it; the bound also stops the gradient of the clamped tokens).
     """
     if logp.shape != ref_logp.shape or logp.shape != mask.shape:
         raise ValueError(
@@ -304,6 +321,8 @@ def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean")
     keep = mask.bool()
     d = torch.where(keep, ref_logp.detach() - logp, torch.zeros_like(logp))
     per_token = (torch.expm1(d) - d).clamp_min(0.0)
+    if clamp is not None:
+        per_token = per_token.clamp_max(float(clamp))
     return masked_aggregate(per_token, mask, agg)
 
 

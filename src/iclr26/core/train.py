@@ -71,14 +71,26 @@ class TrainConfig:
                              f"grad_accum={self.grad_accum}")
 
 
+def warmup_cosine(step: int, total: int, peak: float, warmup: int = 0, min_ratio: float = 0.0) -> float:
+    r"""The one learning-rate schedule of the project: linear warmup, then cosine decay.
+
+    .. math::
+
+        \eta_t = \eta\,\frac{t+1}{W} \;(t < W), \qquad
+        \eta_t = \eta\,\Big(r + (1-r)\,\tfrac12\big(1+\cos(\pi\,\min(1, \tfrac{t-W}{\max(1, N-W)}))\big)\Big)
+
+    with ``W`` = ``warmup``, ``N`` = ``total`` steps, ``r`` = ``min_ratio`` (the final fraction of the peak).
+    """
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """The schedule in the module docstring."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    r = cfg.min_lr_ratio
-    return cfg.lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * progress)))
+    """:func:`warmup_cosine` with ``cfg``'s peak, warmup, total steps and final ratio."""
+    return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
