@@ -90,16 +90,19 @@ _SCROLL = re.compile(r"^scroll\(\[(-?\d+),(-?\d+)\], \[(-?\d+),(-?\d+)\]\)$")
 
 
 def parse_action_string(s: str) -> dict:
-    """Parse an action string into ``{"kind", ...}``; raises ValueError on anything else."""
-    if m := _CLICK.match(s):
+    """Parse an action string into ``{"kind", ...}``; raises ValueError on anything else (linear time: the
+    closing-suffix checks come first, so the greedy groups never backtrack over a long non-matching tail)."""
+    if not isinstance(s, str):
+        raise ValueError(f"not an action string: {type(s).__name__}")
+    if s.endswith(")") and (m := _CLICK.match(s)):
         x1, y1, x2, y2 = (int(v) for v in m.groups()[1:])
         return {"kind": "click", "text": m.group(1), "bounds": ((x1, y1), (x2, y2))}
-    if m := _INPUT.match(s):
+    if s.endswith("')") and (m := _INPUT.match(s)):
         return {"kind": "input", "field": m.group(1), "text": m.group(2)}
     if m := _SCROLL.match(s):
         xs, ys, xe, ye = (int(v) for v in m.groups())
         return {"kind": "scroll", "start": (xs, ys), "end": (xe, ye), "direction": swipe_direction((xs, ys), (xe, ye))}
-    raise ValueError(f"not an action string: {s!r}")
+    raise ValueError(f"not an action string: {s[:200]!r}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -314,38 +317,146 @@ def write_app(app: App, out_dir: Path, write_pages: bool = True) -> Path:
     return d
 
 
-def _json_maybe_twice(text: str):
-    obj = json.loads(text)
-    if isinstance(obj, str):  # the released all_action_id.json is JSON-encoded text
-        obj = json.loads(obj)
+# The loader treats every file as untrusted: each path is resolved (symlinks, "..") and must stay inside the
+# corpus folder, and every malformed entry is a ValueError naming the file and the entry.
+
+def _inside(boundary: Path, path: Path) -> Path:
+    """``path`` resolved; ValueError when it leaves ``boundary`` (a symlink or ``..`` pointing elsewhere)."""
+    try:
+        real = path.resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{path}: cannot resolve path ({type(exc).__name__}: {exc})") from None
+    if not real.is_relative_to(boundary):
+        raise ValueError(f"{path}: resolves to {real}, outside the corpus folder {boundary}; refused "
+                         "(symlinks and '..' may not leave the corpus)")
+    return real
+
+
+def _read_text(boundary: Path, path: Path) -> str:
+    real = _inside(boundary, path)
+    try:
+        return real.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable corpus file ({type(exc).__name__}: {exc})") from None
+
+
+def _read_json(boundary: Path, path: Path, twice: bool = False):
+    """JSON of ``path``; ``twice``: a JSON string is decoded once more (the released ``all_action_id.json``)."""
+    text = _read_text(boundary, path)
+    try:
+        obj = json.loads(text)
+        if twice and isinstance(obj, str):
+            obj = json.loads(obj)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: malformed corpus file (not JSON: {type(exc).__name__}: {exc})") from None
     return obj
 
 
-def load_app(app_dir: str | Path, read_xml: bool = False) -> App:
-    """Read one Mobile3M-style app directory. Raises ValueError with the file name on bad content."""
+def _as_id(v, path: Path, entry: str) -> int:
+    """An integer id (an int, or a string of decimal digits); anything else is a ValueError."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?[0-9]{1,18}", v):
+        return int(v)
+    raise ValueError(f"{path}: {entry}: id {v!r} is not an integer")
+
+
+def _expect(cond: bool, path: Path, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{path}: {msg}")
+
+
+def _id_map(obj, path: Path, what: str) -> dict[str, int]:
+    """``{name: id}`` with unique integer ids (``all_action_id.json``, ``all_page_id.json``)."""
+    _expect(isinstance(obj, dict), path, f"expected an object mapping {what} to integer ids, got {type(obj).__name__}")
+    out, owner = {}, {}
+    for k, v in obj.items():
+        i = _as_id(v, path, f"entry {k!r}")
+        _expect(i not in owner, path, f"entry {k!r}: duplicate id {i} (already used by {owner.get(i)!r})")
+        owner[i] = k
+        out[k] = i
+    return out
+
+
+def _page_actions(obj, path: Path, known: dict[int, str]) -> dict[str, list[int]]:
+    """``{"data": [{"name", "action_valid"}]}`` -> ``{page: [ids]}`` (known, unique ids; unique pages)."""
+    data = obj.get("data") if isinstance(obj, dict) else None
+    _expect(isinstance(data, list), path, 'expected {"data": [{"name": ..., "action_valid": [...]}, ...]}')
+    out: dict[str, list[int]] = {}
+    for j, e in enumerate(data):
+        _expect(isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"]
+                and isinstance(e.get("action_valid"), list), path,
+                f"data[{j}]: expected {{'name': non-empty str, 'action_valid': list}}, got {str(e)[:80]}")
+        name = e["name"]
+        _expect(name not in out, path, f"data[{j}]: duplicate page {name!r}")
+        ids = [_as_id(a, path, f"data[{j}] (page {name!r})") for a in e["action_valid"]]
+        for a in ids:
+            _expect(a in known, path, f"data[{j}] (page {name!r}): unknown action id {a} (not in all_action_id.json)")
+        _expect(len(set(ids)) == len(ids), path, f"data[{j}] (page {name!r}): an action id is listed twice")
+        out[name] = ids
+    return out
+
+
+def _triples(obj, path: Path, known: dict[int, str]) -> list[tuple[str, int, str]]:
+    data = obj.get("data") if isinstance(obj, dict) else None
+    _expect(isinstance(data, list), path, 'expected {"data": [[src_page, action_id, dst_page], ...]}')
+    out = []
+    for j, t in enumerate(data):
+        _expect(isinstance(t, list) and len(t) == 3 and isinstance(t[0], str) and isinstance(t[2], str)
+                and t[0] and t[2], path, f"data[{j}]: expected [src_page, action_id, dst_page], got {str(t)[:80]}")
+        a = _as_id(t[1], path, f"data[{j}]")
+        _expect(a in known, path, f"data[{j}]: unknown action id {a} (not in all_action_id.json)")
+        out.append((t[0], a, t[2]))
+    return out
+
+
+def _roles(obj, path: Path, known: dict[int, str]) -> dict[str, str]:
+    _expect(isinstance(obj, dict), path, f"expected an object mapping action ids to roles, got {type(obj).__name__}")
+    for k, v in obj.items():
+        _expect(_as_id(k, path, f"entry {k!r}") in known, path, f"entry {k!r}: unknown action id")
+        _expect(isinstance(v, str), path, f"entry {k!r}: role {v!r} is not a string")
+    return dict(obj)
+
+
+def load_app(app_dir: str | Path, read_xml: bool = False, corpus_root: str | Path | None = None) -> App:
+    """Read one Mobile3M-style app directory; nothing outside ``corpus_root`` (default: the app directory)
+    is read. Raises ValueError naming the file and the entry on bad content."""
     d = Path(app_dir)
+    boundary = Path(corpus_root if corpus_root is not None else d).resolve()
+    _inside(boundary, d)
+    names = ("all_action_id.json", "all_page_actions.json", "all_triple.json")
     try:
-        action_ids = {str(k): int(v) for k, v in _json_maybe_twice((d / "all_action_id.json").read_text()).items()}
-        pa = json.loads((d / "all_page_actions.json").read_text())
-        page_actions = {e["name"]: [int(a) for a in e["action_valid"]] for e in pa["data"]}
-        triples = [(str(s), int(a), str(t)) for s, a, t in json.loads((d / "all_triple.json").read_text())["data"]]
+        action_ids = _id_map(_read_json(boundary, d / names[0], twice=True), d / names[0], "action strings")
+        known = {i: a for a, i in action_ids.items()}
+        page_actions = _page_actions(_read_json(boundary, d / names[1]), d / names[1], known)
+        triples = _triples(_read_json(boundary, d / names[2]), d / names[2], known)
     except FileNotFoundError as exc:
         raise ValueError(f"{d}: not a Mobile3M app directory (missing {Path(exc.filename).name})") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{d}: malformed corpus file ({type(exc).__name__}: {exc})") from None
-    page_ids_path = d / "all_page_id.json"
-    page_ids = _json_maybe_twice(page_ids_path.read_text()) if page_ids_path.exists() else {}
-    roles = json.loads((d / "roles.json").read_text()) if (d / "roles.json").exists() else {}
+    for page, ids in page_actions.items():  # App.page parses these; fail here, naming the entry
+        for a in ids:
+            try:
+                parse_action_string(known[a])
+            except ValueError:
+                raise ValueError(f"{d / names[0]}: entry {known[a][:80]!r} (id {a}, valid on page {page!r}): "
+                                 "not a click/input/scroll action string") from None
+    opt = {n: d / n for n in ("all_page_id.json", "roles.json")}
+    page_ids = _id_map(_read_json(boundary, opt["all_page_id.json"], twice=True), opt["all_page_id.json"],
+                       "page names") if opt["all_page_id.json"].exists() else {}
+    roles = _roles(_read_json(boundary, opt["roles.json"]), opt["roles.json"], known) \
+        if opt["roles.json"].exists() else {}
+    for s, _, t in triples:  # pages that appear only in triples still exist (e.g. leaves with no valid action)
+        page_actions.setdefault(s, [])
+        page_actions.setdefault(t, [])
+    _expect(bool(page_actions), d / names[1], "the app has no pages (empty data in all_page_actions.json and "
+                                              "all_triple.json)")
     xml = {}
     if read_xml:
         for p in page_actions:
             f = d / p / f"{p}-xml.txt"
-            if f.exists():
-                xml[p] = f.read_text()
-    # Pages that appear only in triples still exist (e.g. leaves with no valid action)
-    for s, _, t in triples:
-        page_actions.setdefault(s, [])
-        page_actions.setdefault(t, [])
+            if _inside(boundary, f).exists():
+                xml[p] = _read_text(boundary, f)
     return App(d.name, action_ids, page_actions, triples, page_ids, xml, roles)
 
 
@@ -357,13 +468,14 @@ def write_corpus(corpus: Corpus, out_dir: str | Path, write_pages: bool = True) 
 
 
 def load_corpus(root: str | Path, read_xml: bool = False) -> Corpus:
-    """Every app directory (one holding ``all_triple.json``) under ``root``."""
+    """Every app directory (one holding ``all_triple.json``) under ``root``; nothing outside ``root`` is read
+    (an app folder or file that is a symlink leaving ``root`` is refused)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: corpus directory does not exist")
     apps = {}
     for d in sorted(p for p in root.iterdir() if (p / "all_triple.json").exists()):
-        apps[d.name] = load_app(d, read_xml)
+        apps[d.name] = load_app(d, read_xml, corpus_root=root)
     if not apps:
         raise ValueError(f"{root}: no app directory with all_triple.json found")
     return Corpus(apps)

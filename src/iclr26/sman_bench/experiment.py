@@ -144,7 +144,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
     from iclr26.sman_bench.paper import evaluate_directory
 
     corpus_dir, tasks = ctx.local_path("corpus_dir"), ctx.local_path("tasks")
-    opts = {k: v for k, v in ctx.options.items() if k in ("base_url", "model", "api_key", "max_rounds", "seed")}
+    keep = ("base_url", "model", "api_key", "api_key_env", "max_rounds", "seed")
+    opts = {k: v for k, v in ctx.options.items() if k in keep}
     try:
         res = evaluate_directory(corpus_dir, tasks, agent=ctx.option("agent", "lexical_shortcut"),
                                  workers=int(ctx.option("workers", "1")), options=opts,

@@ -1,20 +1,20 @@
-"""An LLM agent for any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, OpenAI), standard library only.
+"""An LLM agent for any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, OpenAI) via :mod:`iclr26.core.http`.
 
 AppAgent-style text prompt (spec §3.3): the task, the current step instruction (if any), the last
 actions ("Summary" memory) and the element list tagged ``c1..`` (clicks), ``i1..`` (inputs), ``s1..``
 (scrollable regions). The model answers ``Observation / Thought / Action / Summary``; the Action line
 is one of ``click(c3)``, ``input(i1, "text")``, ``scroll(s1, "up")``, ``back()``, ``ask("slot")``.
-Anything unparsable, and any HTTP/network/JSON failure, becomes ``Action("invalid", text=reason)``.
+Anything unparsable, and any HTTP/network/JSON failure (total deadline, body cap, refused redirect: see
+:class:`iclr26.core.http.ChatClient`), becomes ``Action("invalid", text=reason)``; :meth:`LLMAgent.act`
+never raises.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from iclr26.core.http import ChatClient, ChatResult
 from iclr26.sman_bench.evaluate import Action, Observation
 
 SYSTEM = ("You are an agent operating a smartphone app. You see the task and the list of UI elements. "
@@ -31,18 +31,24 @@ class LLMConfig:
     """e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended)."""
     model: str = "default"
     """the served model name."""
-    api_key: str | None = None
-    """sent as ``Authorization: Bearer ...`` when given."""
+    api_key: str | None = field(default=None, repr=False)
+    """sent as ``Authorization: Bearer ...`` when given (never to another host: redirects are refused)."""
     temperature: float = 0.0
     """0.0: deterministic decoding, as in the released config."""
     max_tokens: int = 300
     """completion length cap, as in the released config."""
     timeout_s: float = 60.0
-    """HTTP timeout per request."""
+    """total deadline of one request (connect to last byte), not a per-read timeout."""
+    max_body_bytes: int = 4 * 2**20
+    """largest reply body read; a larger one is an endpoint error."""
 
     def __post_init__(self):
-        if not re.match(r"^https?://", self.base_url or ""):
+        if not isinstance(self.base_url, str) or not re.match(r"^https?://", self.base_url):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        self.client()  # validates the URL, deadline and cap
+
+    def client(self) -> ChatClient:
+        return ChatClient(self.base_url, self.model, self.api_key, self.timeout_s, self.max_body_bytes)
 
 
 def tag_elements(obs: Observation) -> tuple[list[str], dict[str, int]]:
@@ -73,11 +79,12 @@ _CALL = re.compile(r"^\s*(click|input|scroll|back|ask)\s*\((.*)\)\s*$", re.I | r
 
 
 def parse_action(text, obs: Observation) -> Action:
-    """The model's reply -> Action; malformed -> ``Action("invalid", text=reason)``."""
+    """The model's reply -> Action; malformed -> ``Action("invalid", text=reason)``. Never raises, linear time."""
     if not isinstance(text, str):
         return Action("invalid", text="no text")
     m = _ACTION.search(text)
-    line = (m.group(1) if m else text).strip().splitlines()[0].strip().strip("`") if text.strip() else ""
+    line = (m.group(1) if m else text).strip()  # "Action:" followed by blanks only leaves nothing
+    line = line.splitlines()[0].strip().strip("`") if line else ""
     c = _CALL.match(line)
     if not c:
         return Action("invalid", text="unparsable action")
@@ -103,18 +110,9 @@ def parse_action(text, obs: Observation) -> Action:
     return Action("scroll", tags[tag], direction=direction)
 
 
-def chat(cfg: LLMConfig, messages: list[dict]) -> str:
-    """One POST to ``{base_url}/chat/completions``; returns the first choice's content."""
-    body = json.dumps({"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
-                       "max_tokens": cfg.max_tokens}).encode()
-    headers = {"Content-Type": "application/json"}
-    if cfg.api_key:
-        headers["Authorization"] = f"Bearer {cfg.api_key}"
-    req = urllib.request.Request(cfg.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers,
-                                 method="POST")
-    with urllib.request.urlopen(req, timeout=cfg.timeout_s) as resp:
-        data = json.loads(resp.read().decode("utf-8"))
-    return data["choices"][0]["message"]["content"]
+def chat(cfg: LLMConfig, messages: list[dict]) -> ChatResult:
+    """One POST to ``{base_url}/chat/completions``: the first choice's content or a handled failure."""
+    return cfg.client().chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens)
 
 
 class LLMAgent:
@@ -129,9 +127,8 @@ class LLMAgent:
 
     def act(self, obs: Observation) -> Action:
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": build_prompt(obs)}]
-        try:
-            reply = chat(self.cfg, messages)
-        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            return Action("invalid", text=f"endpoint error: {type(exc).__name__}")
-        return parse_action(reply, obs)
+        reply = chat(self.cfg, messages)
+        if not reply.ok:
+            self.errors.append(f"{reply.error}: {reply.message}")
+            return Action("invalid", text=f"endpoint error: {reply.error}")
+        return parse_action(reply.content, obs)

@@ -11,6 +11,7 @@ app holding the target page.
 from __future__ import annotations
 
 import json
+import os
 import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -65,8 +66,12 @@ def make_agent(name: str, corpus: Corpus, options: dict | None = None):
 
         if "base_url" not in options:
             raise ValueError("agent=llm needs base_url=http://HOST:PORT/v1")
-        return LLMAgent(LLMConfig(options["base_url"], model=options.get("model", "default"),
-                                  api_key=options.get("api_key")))
+        key = options.get("api_key")
+        if options.get("api_key_env"):  # the key stays out of config.json when read from the environment
+            key = os.environ.get(options["api_key_env"])
+            if not key:
+                raise ValueError(f"api_key_env={options['api_key_env']}: that environment variable is not set")
+        return LLMAgent(LLMConfig(options["base_url"], model=options.get("model", "default"), api_key=key))
     raise ValueError(f"unknown agent {name!r}; valid: {', '.join(AGENTS)}")
 
 
