@@ -30,7 +30,7 @@ from PIL import Image
 from .executor import ToolExecutor, ToolResult
 from .parser import parse_action
 from .prompt import round1_messages, round2_messages
-from .reward import JudgeClient, exact_match_reward, extract_final_answer, refocus_score
+from .reward import JudgeClient, extract_final_answer, heuristic_reward
 
 __all__ = ["HFPolicy", "VToolEnv", "load_refocus", "run_paper_scale", "two_round_rollout"]
 
@@ -131,7 +131,7 @@ class VToolEnv:
         ans = extract_final_answer(y, self.version)
         if self.judge is not None:
             return float(self.judge(question, gt, ans))
-        return float(refocus_score(ans, gt) >= 0.95 or exact_match_reward(ans, gt))
+        return heuristic_reward(ans, gt)
 
 
 def two_round_rollout(generate: Callable[[list[dict]], str], row: Mapping, env: VToolEnv) -> dict:
@@ -207,7 +207,8 @@ def run_paper_scale(ctx):
            "tool_call_rate": mean_std([100 * x for x in called])}
     m = {"vtool_acc": acc["tool_use"]["mean"], "text_grpo_acc": float("nan"), "diff": float("nan")}
     return RunOutput(
-        metrics={"accuracy_pct": acc, "n": len(rows)},
+        metrics={"accuracy_pct": acc, "n": len(rows),
+                 "judge_failures": len(judge.failures) if judge is not None else None},
         measured={"C1": m, "C2": {"text_grpo_acc": float("nan"), "pure_acc": acc["pure_run"]["mean"],
                                   "diff": float("nan")},
                   "C3": {"vtool_acc": acc["tool_use"]["mean"], "prompted_acc": float("nan"), "diff": float("nan")},
@@ -215,4 +216,6 @@ def run_paper_scale(ctx):
         tables={"Paper-scale evaluation": markdown_table(["setting", "acc %"], [[k, f"{v['mean']:.1f}"]
                                                                                 for k, v in acc.items()])},
         notes=["Paper scale evaluates one checkpoint; the claims need the base and the trained checkpoint "
-               "(run twice) and are reported as not measured here."])
+               "(run twice) and are reported as not measured here."]
+        + ([f"{len(judge.failures)} judge calls failed and were scored by the heuristic instead; first: "
+            f"{judge.failures[0][:200]}"] if judge is not None and judge.failures else []))

@@ -7,6 +7,10 @@
 * otherwise -> ``tool`` with the code; v2 appends ``display(var)`` when the code never calls display
   (:func:`ensure_display_call`).
 
+Model output is untrusted: :func:`parse_action` never raises on any string and runs in linear time. Code
+longer than ``MAX_CODE_CHARS`` or nested too deeply for the compiler (``RecursionError``, e.g.
+``'-' * 3000 + '1'``) is a ``failed`` tool step, like a syntax error.
+
 :func:`trim_to_action_end` cuts y' after its last closing fence (what v1 puts into the round-2 prompt).
 """
 
@@ -17,11 +21,14 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ParsedAction", "ensure_display_call", "parse_action", "trim_to_action_end"]
+__all__ = ["MAX_CODE_CHARS", "ParsedAction", "ensure_display_call", "parse_action", "trim_to_action_end"]
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _OPEN = re.compile(r"```(?:python|py)[ \t]*\n(.*)\Z", re.DOTALL)
 TOOL_MARKERS = ("focus_on_", "display(", "image_1", "columns_bbox", "rows_bbox")
+MAX_CODE_CHARS = 65_536
+"""Longer tool code is a failed step (a real round-1 response is at most a few thousand characters)."""
+_COMPILE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError)
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ def ensure_display_call(code: str) -> str:
     """v2: if ``code`` never calls ``display(...)``, append ``display(<last assigned name>)``."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except _COMPILE_ERRORS:
         return code
     calls_display = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "display"
                         for n in ast.walk(tree))
@@ -78,10 +85,13 @@ def parse_action(text: str, version: str = "v2") -> ParsedAction:
     code = "\n".join(b.strip("\n") for b in blocks) + "\n"
     if version == "v2" and not any(m in code for m in TOOL_MARKERS):
         return ParsedAction("notool")
+    if len(code) > MAX_CODE_CHARS:
+        return ParsedAction("failed", code=code[:MAX_CODE_CHARS], error=f"tool code longer than {MAX_CODE_CHARS} chars")
     try:
         compile(code, "<tool-call>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as e:
-        return ParsedAction("failed", code=code, error=f"SyntaxError: {getattr(e, 'msg', e)}")
+    except _COMPILE_ERRORS as e:
+        kind = "SyntaxError" if isinstance(e, SyntaxError | ValueError) else type(e).__name__
+        return ParsedAction("failed", code=code, error=f"{kind}: {getattr(e, 'msg', e)}")
     if version == "v2":
         code = ensure_display_call(code)
     return ParsedAction("tool", code=code)
@@ -89,5 +99,7 @@ def parse_action(text: str, version: str = "v2") -> ParsedAction:
 
 def trim_to_action_end(text: str) -> str:
     """Cut ``text`` right after its last closing code fence (unchanged if there is no complete fence)."""
+    if not isinstance(text, str):
+        return ""
     ends = [m.end() for m in _FENCE.finditer(text)]
     return text[: ends[-1]] if ends else text

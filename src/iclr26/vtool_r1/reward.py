@@ -7,8 +7,8 @@
 * :func:`refocus_score`: the official no-judge fallback (numeric pairs score ``1 − |a−b|/max(|a|,|b|)``,
   strings exact; score = Σ best / #gt).
 * :class:`JudgeClient`: the LLM judge of the real scale through an OpenAI-compatible ``/chat/completions``
-  endpoint (v2 style: temperature 0, reply "1"/"0"); a network or parse failure raises, never scores 0
-  silently.
+  endpoint (v2 style: temperature 0, reply "1"/"0") via :mod:`iclr26.core.http`; a network or parse failure
+  never raises and never scores 0 silently: it falls back to :func:`heuristic_reward` and is counted.
 
 No process reward: the paper's ablation shows it invites reward hacking. :func:`process_reward` exists
 only for that ablation (+bonus on a successful call, −penalty on a failed one).
@@ -16,32 +16,51 @@ only for that ablation (+bonus on a successful call, −penalty on a failed one)
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["JudgeClient", "exact_match_reward", "extract_final_answer", "process_reward", "refocus_score"]
+from iclr26.core.http import ChatClient
+
+__all__ = ["JudgeClient", "JudgeVerdict", "exact_match_reward", "extract_final_answer", "heuristic_reward",
+           "process_reward", "refocus_score"]
 
 _FINAL = re.compile(r"FINAL ANSWER:\s*(.*?)(?=\.\s|\.?$)", re.DOTALL)
-_TERMINATE = re.compile(r"FINAL ANSWER:\s*(.*?)\s*TERMINATE", re.DOTALL)
 _ANSWER = re.compile(r"ANSWER:\s*(.*?)(?=\.\s|\.?$)", re.DOTALL)
 
 
+def _strip_terminate(s: str) -> str:
+    """``re.sub(r"\\s*TERMINATE\\s*$", "", s)`` in linear time (that regex is quadratic on long blanks)."""
+    s = s.rstrip()
+    return s[: -len("TERMINATE")].rstrip() if s.endswith("TERMINATE") else s
+
+
+def _final_before_terminate(text: str) -> str | None:
+    """Group 1 of ``FINAL ANSWER:\\s*(.*?)\\s*TERMINATE`` (DOTALL), in linear time.
+
+    Only the first ``FINAL ANSWER:`` can match: a TERMINATE after a later one is also after the first. The
+    regex itself re-scans the rest of the text from every ``FINAL ANSWER:`` (quadratic on model output).
+    """
+    p = text.find("FINAL ANSWER:")
+    if p < 0:
+        return None
+    t = text.find("TERMINATE", p + len("FINAL ANSWER:"))
+    return None if t < 0 else text[p + len("FINAL ANSWER:") : t].strip()
+
+
 def extract_final_answer(text: str, version: str = "v2") -> str | None:
-    """The final answer string, or None when there is none (v1: no ``FINAL ANSWER:``)."""
+    """The final answer string, or None when there is none (v1: no ``FINAL ANSWER:``). Never raises on
+    any input; linear time."""
     if not isinstance(text, str):
         return None
     m = _FINAL.search(text)
     if m and m.group(1).strip():
-        ans = m.group(1).strip()
-        return re.sub(r"\s*TERMINATE\s*$", "", ans).strip() or None
+        return _strip_terminate(m.group(1).strip()) or None
     if version == "v1":
         return None
-    for pat in (_TERMINATE, _ANSWER):
-        m = pat.search(text)
-        if m and m.group(1).strip():
-            return re.sub(r"\s*TERMINATE\s*$", "", m.group(1)).strip().rstrip(".") or None
+    m = _ANSWER.search(text)
+    for cand in (_final_before_terminate(text), m.group(1) if m else None):
+        if cand and cand.strip():
+            return _strip_terminate(cand).strip().rstrip(".") or None
     raw = text.strip()
     return raw or None
 
@@ -102,35 +121,71 @@ JUDGE_SYSTEM = ("You grade answers. Given a question, the ground truth and a stu
                 "of multiple answers), otherwise reply with 0. Reply with a single digit.")
 
 
+def heuristic_reward(answer: str | None, ground_truth: str) -> float:
+    """The no-judge outcome reward: 1 if the ReFocus score is >= 0.95 or the answers match exactly."""
+    return float(refocus_score(answer, ground_truth) >= 0.95 or exact_match_reward(answer, ground_truth))
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    """One judge call: ``score`` 0/1 when ``ok``, else a handled failure (``error`` from ``iclr26.core.http``
+    or ``"bad_reply"`` when the reply holds no 0/1)."""
+
+    ok: bool
+    score: float = 0.0
+    error: str = ""
+    message: str = ""
+
+
 @dataclass(frozen=True)
 class JudgeClient:
-    """LLM judge over an OpenAI-compatible chat endpoint (v2 style), e.g. Qwen2.5-7B-Instruct on vLLM."""
+    """LLM judge over an OpenAI-compatible chat endpoint (v2 style), e.g. Qwen2.5-7B-Instruct on vLLM.
+
+    Transport through :class:`iclr26.core.http.ChatClient` (total deadline, body cap, no redirects). Calling
+    the client never raises: a failed call (network, HTTP status, malformed or non-0/1 reply) scores with
+    :func:`heuristic_reward` instead, and is recorded in ``failures`` so a run can report how often that
+    happened; :meth:`verdict` gives the raw outcome.
+    """
 
     api_base: str
     """e.g. ``http://127.0.0.1:7999/v1`` (the official code reads it from ``VTOOL_JUDGE_API_BASE``)."""
     model: str = "judge"
     """Served model name."""
     timeout_s: float = 30.0
-    """HTTP timeout per request."""
+    """Total deadline of one request (connect to last byte)."""
     max_tokens: int = 10
     """Reply budget (v2: 10)."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer ...`` when given."""
+    max_body_bytes: int = 2**20
+    """Largest reply body read."""
+    failures: list = field(default_factory=list, compare=False, repr=False)
+    """``"error: message"`` of every call that fell back to :func:`heuristic_reward` (appended, never raised)."""
+
+    def __post_init__(self) -> None:
+        self.client()  # validates the URL, deadline and cap
+
+    def client(self) -> ChatClient:
+        return ChatClient(self.api_base, self.model, self.api_key, self.timeout_s, self.max_body_bytes)
+
+    def verdict(self, question: str, ground_truth: str, answer: str) -> JudgeVerdict:
+        """One judge request: 1/0 from the first ``0``/``1`` in the reply, or a handled failure."""
+        msgs = [{"role": "system", "content": JUDGE_SYSTEM},
+                {"role": "user", "content": f"Question: {question}\nGround truth: {ground_truth}\n"
+                                            f"Student answer: {answer}\nCorrect (1/0)?"}]
+        r = self.client().chat(msgs, temperature=0.0, max_tokens=self.max_tokens)
+        if not r.ok:
+            return JudgeVerdict(False, error=r.error, message=r.message)
+        m = re.search(r"[01]", r.content)
+        if m is None:
+            return JudgeVerdict(False, error="bad_reply", message=f"judge reply is not 0/1: {r.content[:100]!r}")
+        return JudgeVerdict(True, score=float(m.group() == "1"))
 
     def __call__(self, question: str, ground_truth: str, answer: str | None) -> float:
         if answer is None:
             return 0.0
-        body = {"model": self.model, "temperature": 0.0, "max_tokens": self.max_tokens,
-                "messages": [{"role": "system", "content": JUDGE_SYSTEM},
-                             {"role": "user", "content": f"Question: {question}\nGround truth: {ground_truth}\n"
-                                                         f"Student answer: {answer}\nCorrect (1/0)?"}]}
-        req = urllib.request.Request(self.api_base.rstrip("/") + "/chat/completions",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 (user-given local URL)
-            reply = json.loads(resp.read().decode())
-        try:
-            text = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(f"judge reply has no choices[0].message.content: {str(reply)[:200]}") from e
-        digits = re.findall(r"[01]", text)
-        if not digits:
-            raise ValueError(f"judge reply is not 0/1: {text[:100]!r}")
-        return float(digits[0] == "1")
+        v = self.verdict(question, ground_truth, answer)
+        if v.ok:
+            return v.score
+        self.failures.append(f"{v.error}: {v.message}")
+        return heuristic_reward(answer, ground_truth)
