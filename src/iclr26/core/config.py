@@ -34,6 +34,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from iclr26.core.serialize import to_jsonable
+
 __all__ = ["ConfigError", "config_docs", "config_to_dict", "flatten", "format_config", "override", "parse_value"]
 
 
@@ -194,8 +196,6 @@ def _replace_path(cfg: Any, path: list[str], value: Any) -> Any:
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """The nested tree as JSON-able dicts (tuples as lists, paths as strings)."""
-    from iclr26.core.experiment import to_jsonable
-
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
@@ -205,8 +205,6 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 def format_config(cfg: Any) -> str:
     """One line per leaf: ``key = value  # doc line``, the way ``--show-config`` prints it."""
-    from iclr26.core.experiment import to_jsonable
-
     rows = []
 
     def walk(node: Any, prefix: str) -> None:

@@ -30,6 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from iclr26.core.report import METRICS_FILE
+from iclr26.core.serialize import to_jsonable
+
+__all__ = ["METRICS_FILE", "SCALES", "Claim", "ClaimResult", "Experiment", "ExperimentError", "RunContext",
+           "RunOutput", "RunRecord", "discover", "evaluate_claims", "mean_std", "register", "run_experiment",
+           "to_jsonable"]
+
 SCALES: tuple[str, ...] = ("smoke", "small", "paper")
 SCALE_HELP = {
     "smoke": "seconds; pipeline check run in CI, not the claim",
@@ -199,9 +206,6 @@ class RunContext:
         return path
 
 
-METRICS_FILE = "metrics.jsonl"
-
-
 @dataclass
 class RunOutput:
     """What a run function returns.
@@ -290,35 +294,6 @@ def _has_nan(value: Any) -> bool:
     if isinstance(value, np.ndarray | np.floating):
         return bool(np.isnan(np.asarray(value, dtype=float)).any())
     return False
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/torch scalars and arrays, tuples, paths and dataclasses to JSON types."""
-    import dataclasses
-
-    if obj is None or isinstance(obj, bool | int | str):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else str(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return to_jsonable(float(obj))
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if hasattr(obj, "detach") and hasattr(obj, "tolist"):  # torch tensor
-        return to_jsonable(obj.detach().cpu().tolist())
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable(dataclasses.asdict(obj))
-    return repr(obj)
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:

@@ -9,10 +9,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iclr26.core.experiment import METRICS_FILE, to_jsonable
+from iclr26.core.serialize import to_jsonable
 
 if TYPE_CHECKING:
     from iclr26.core.experiment import RunOutput
+
+METRICS_FILE = "metrics.jsonl"
+"""Per-step scalars of a run, one JSON object per line (see ``RunContext.log``)."""
 
 
 def _pyplot():

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from iclr26.core.experiment import to_jsonable
+from iclr26.core.serialize import to_jsonable
 
 
 @dataclass(frozen=True)
