@@ -63,20 +63,37 @@ def test_scenario_to_scene_and_tokens():
 def test_bad_inputs_raise(tmp_path):
     with pytest.raises(ValueError):
         scenario_to_scene({"tracks": {}})
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="dataset_summary.pkl"):
+        load_scenarios(tmp_path, trust_pickles=True)
+    with pytest.raises(ValueError, match="trust_pickles"):
         load_scenarios(tmp_path)
+
+
+def write_dataset(folder, scenarios, sub="", mapping=True):
+    """A ScenarioNet dataset: scenario pickles in ``folder/sub`` plus the summary and mapping index files."""
+    (folder / sub).mkdir(parents=True, exist_ok=True)
+    names = [f"sd_test_{i}.pkl" for i in range(len(scenarios))]
+    for name, sd in zip(names, scenarios, strict=True):
+        with open(folder / sub / name, "wb") as f:
+            pickle.dump(sd, f)
+    with open(folder / "dataset_summary.pkl", "wb") as f:
+        pickle.dump({n: {"id": n, "number_summary": {"num_objects": 5}} for n in names}, f)
+    if mapping:
+        with open(folder / "dataset_mapping.pkl", "wb") as f:
+            pickle.dump({n: sub for n in names}, f)
+    return names
 
 
 def test_paper_scale_code_path(tmp_path):
     data = tmp_path / "db"
     data.mkdir()
-    for i in range(4):
-        with open(data / f"sd_{i}.pkl", "wb") as f:
-            pickle.dump(fake_scenario(i), f)
-    with open(data / "dataset_summary.pkl", "wb") as f:
-        pickle.dump({"not": "a scenario"}, f)
+    write_dataset(data, [fake_scenario(i) for i in range(4)], sub="part0")
+    with pytest.raises(ExperimentError, match="trust_pickles"):  # no opt-in, no unpickling
+        run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
+                       options={"data_dir": str(data)})
     rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                         options={"data_dir": str(data), "size": "small", "steps": "2", "batch": "2",
+                         options={"data_dir": str(data), "trust_pickles": "1", "size": "small", "steps": "2",
+                                  "batch": "2",
                                   "n_eval": "1", "horizon": "8"})
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert {c["name"] for c in res["claims"]} == {"C1", "C2", "C3"}

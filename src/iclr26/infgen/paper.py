@@ -43,7 +43,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
     n_eval = int(ctx.option("n_eval", "8"))
     horizon = int(ctx.option("horizon", "240"))
     try:
-        raw = load_scenarios(data_dir, int(limit) if limit else None)
+        trust = str(ctx.option("trust_pickles", "0")).lower() in ("1", "true", "yes")
+        raw = load_scenarios(data_dir, int(limit) if limit else None, trust_pickles=trust)
         scenes = [scenario_to_scene(sd) for sd in raw]
     except (OSError, ValueError) as exc:
         raise ExperimentError(f"infgen paper scale: {exc}") from exc

@@ -14,6 +14,10 @@ the SDC at the current frame (index 10 at 10 Hz), lanes cut into segments of <= 
 SDC (at most ``max_segments``), at most ``max_agents`` agents (the SDC first, then by distance), light states
 mapped to green / yellow / red / unknown. Only lane polylines become <MAP> segments here (road lines, edges and
 crosswalks are dropped: a simplification of the official 27-D vector features).
+
+Files are untrusted: :func:`load_scenarios` unpickles only the scenario files the dataset's index
+(``dataset_summary.pkl`` / ``dataset_mapping.pkl``, read as in the official ``read_dataset_summary``) lists,
+only inside the dataset folder, and only with ``trust_pickles=True`` (a pickle can run code when loaded).
 """
 
 from __future__ import annotations
@@ -134,19 +138,107 @@ def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapDa
     return full, {"_lights": lights}
 
 
-def load_scenarios(path: str | Path, limit: int | None = None) -> list[dict]:
-    """All scenario pickles under ``path`` (ScenarioNet's dataset_summary / dataset_mapping files skipped)."""
-    path = Path(path)
-    files = sorted(p for p in (path.rglob("*.pkl") if path.is_dir() else [path])
-                   if not p.name.startswith("dataset_"))
-    if not files:
-        raise FileNotFoundError(f"no scenario .pkl files under {path}")
+SUMMARY_FILE, MAPPING_FILE = "dataset_summary.pkl", "dataset_mapping.pkl"
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    """Unpickles plain containers only (the index is saved from dicts of lists/str/numbers): no class,
+    no function, so no code runs while the index is read."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a ScenarioNet index file")
+
+
+def _load_index_file(path: Path):
+    """The index with :class:`_IndexUnpickler`; only when it holds other globals (e.g. numpy scalars) is it
+    unpickled in full (the caller has already opted in with ``trust_pickles``)."""
+    try:
+        with open(path, "rb") as fh:
+            return _IndexUnpickler(fh).load()
+    except pickle.UnpicklingError as exc:
+        if "is not allowed" not in str(exc):
+            raise ValueError(f"{path}: not a readable pickle ({exc})") from None
+    except Exception as exc:  # a broken pickle can raise nearly anything
+        raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    """``path`` (symlinks and ``..`` resolved) lies in one of ``roots``."""
+    try:
+        real = path.resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return any(real.is_relative_to(r) for r in roots)
+
+
+def scenario_files(path: str | Path, trust_pickles: bool = False, allowed_roots: tuple = ()) -> list[Path]:
+    """The scenario files the dataset index lists, in index order (official ``read_dataset_summary``:
+    ``dataset_summary.pkl`` maps file names to metadata, ``dataset_mapping.pkl`` maps them to a folder
+    relative to the dataset; no mapping file = every file next to the summary).
+
+    A listed name must be a bare ``*.pkl`` file name, and its resolved path (symlinks followed) must lie in
+    the dataset folder or one of ``allowed_roots`` (e.g. the source folders of a merged dataset, whose
+    mapping points at ``../<source>``); anything else is a ValueError naming the entry.
+    """
+    if not trust_pickles:
+        raise ValueError(
+            "ScenarioNet scenarios are Python pickles, and unpickling a file can run arbitrary code: pass "
+            "trust_pickles=True (--set trust_pickles=1) only for a dataset you converted yourself or otherwise "
+            "trust. Only files listed in its dataset_summary.pkl are read.")
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"{root}: not a folder; point at the ScenarioNet dataset folder holding {SUMMARY_FILE}")
+    roots = [root.resolve(), *(Path(r).resolve() for r in allowed_roots)]
+    if not (root / SUMMARY_FILE).is_file():
+        raise FileNotFoundError(f"{root}: no {SUMMARY_FILE}; not a ScenarioNet dataset (only files listed in "
+                                "the index are read)")
+    for idx in (SUMMARY_FILE, MAPPING_FILE):
+        if (root / idx).exists() and not _inside(root / idx, roots[:1]):
+            raise ValueError(f"{root / idx}: resolves outside the dataset folder; refused")
+    summary = _load_index_file(root / SUMMARY_FILE)
+    if not isinstance(summary, dict) or not summary:
+        raise ValueError(f"{root / SUMMARY_FILE}: expected a non-empty dict of scenario file name -> metadata")
+    has_mapping = (root / MAPPING_FILE).is_file()
+    mapping = _load_index_file(root / MAPPING_FILE) if has_mapping else {}
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{root / MAPPING_FILE}: expected a dict of scenario file name -> folder")
+    files = []
+    for name in summary:
+        if not (isinstance(name, str) and name.endswith(".pkl") and Path(name).name == name
+                and name not in (SUMMARY_FILE, MAPPING_FILE)):
+            raise ValueError(f"{root / SUMMARY_FILE}: entry {str(name)[:100]!r} is not a bare scenario file name")
+        folder = mapping.get(name) if has_mapping else ""
+        if not isinstance(folder, str) or "\x00" in folder:
+            raise ValueError(f"{root / MAPPING_FILE}: entry {name!r}: folder {folder!r} is missing or not a string")
+        f = root / folder / name
+        if not _inside(f, roots):
+            raise ValueError(f"{root / MAPPING_FILE}: entry {name!r}: {f} resolves outside the dataset folder "
+                             f"{roots[0]}; refused (pass allowed_roots for the sources of a merged dataset)")
+        if not f.is_file():
+            raise ValueError(f"{root / SUMMARY_FILE}: entry {name!r}: listed file {f} does not exist")
+        files.append(f)
+    return files
+
+
+def load_scenarios(path: str | Path, limit: int | None = None, *, trust_pickles: bool = False,
+                   allowed_roots: tuple = ()) -> list[dict]:
+    """The scenarios a ScenarioNet dataset's index lists (see :func:`scenario_files`), first ``limit`` only.
+
+    Unpickling runs only with ``trust_pickles=True``; without it this raises a ValueError saying why.
+    """
     out = []
-    for f in files[:limit]:
+    for f in scenario_files(path, trust_pickles, allowed_roots)[:limit]:
         with open(f, "rb") as fh:
-            sd = pickle.load(fh)  # local files the user provides (ScenarioNet format)
-        if isinstance(sd, dict) and "tracks" in sd:
-            out.append(sd)
-    if not out:
-        raise ValueError(f"no ScenarioNet scenario dicts in {path}")
+            try:
+                sd = pickle.load(fh)  # trusted by the caller (trust_pickles=True), listed in the index
+            except Exception as exc:  # a broken pickle can raise nearly anything
+                raise ValueError(f"{f}: not a readable scenario pickle ({type(exc).__name__}: {exc})") from None
+        if not (isinstance(sd, dict) and "tracks" in sd):
+            raise ValueError(f"{f}: listed in the index but not a ScenarioNet scenario dict")
+        out.append(sd)
     return out
