@@ -55,9 +55,7 @@ def test_probe_torch_matches_sklearn_objective():
 
 def test_forgetting_from_hand_made_matrix():
     nan = np.nan
-    acc = np.array([[0.9, nan, nan],
-                    [0.5, 0.8, nan],
-                    [0.3, 0.6, 0.95]])
+    acc = np.array([[0.9, nan, nan], [0.5, 0.8, nan], [0.3, 0.6, 0.95]])
     # F = mean(A_00 - A_20, A_11 - A_21) = mean(0.6, 0.2) = 0.4
     assert forgetting(acc) == pytest.approx(0.4)
     # at session 1: A_00 - A_10 = 0.4
@@ -69,6 +67,28 @@ def test_forgetting_from_hand_made_matrix():
     assert forgetting(flat) == 0.0
     with pytest.raises(ValueError):
         forgetting(np.ones((2, 3)))
+
+
+def test_forgetting_max_reference_is_mammoths_logger():
+    """Mammoth's ``utils/metrics.py::forgetting``: max over sessions of A_kj minus the final A_Tj.
+    On this matrix task 0 improves after it was learned, so the two references differ."""
+    nan = np.nan
+    acc = np.array([[0.80, nan, nan], [0.90, 0.70, nan], [0.75, 0.66, 0.95]])
+    # diagonal: mean(0.80 - 0.75, 0.70 - 0.66) = 0.045; max: mean(0.90 - 0.75, 0.70 - 0.66) = 0.095
+    assert forgetting(acc) == pytest.approx(0.045)
+    assert forgetting(acc, reference="max") == pytest.approx(0.095)
+
+    def mammoth(results):  # the logger's computation, on lists of per-task accuracies of each session
+        rows = [list(r) + [0.0] * (len(results) - len(r)) for r in results]
+        m = np.max(np.array(rows), axis=0)
+        return float(np.mean([m[i] - rows[-1][i] for i in range(len(rows) - 1)]))
+
+    assert forgetting(acc, reference="max") == pytest.approx(mammoth([[0.80], [0.90, 0.70], [0.75, 0.66, 0.95]]))
+    # a task whose accuracy only falls: both references agree
+    mono = np.array([[0.9, nan], [0.6, 0.8]])
+    assert forgetting(mono) == forgetting(mono, reference="max") == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="reference"):
+        forgetting(acc, reference="first")
 
 
 # ---------------------------------------------------------------- Neural Collapse
@@ -101,7 +121,7 @@ def test_nc1_grows_with_isotropic_noise():
     y = np.repeat(np.arange(K), 4000)
     z = m[y] + sigma * rng.standard_normal((len(y), d))
     out = nc_metrics(z, y, range(K))
-    assert out["within_var"] == pytest.approx(d * sigma ** 2, rel=0.03)  # sigma^2_c = tr Sigma_c = d sigma^2
+    assert out["within_var"] == pytest.approx(d * sigma**2, rel=0.03)  # sigma^2_c = tr Sigma_c = d sigma^2
     assert out["nc1"] > 0
     assert np.isfinite(out["snr"]) and out["snr"] > 50
 
@@ -127,8 +147,9 @@ def test_numerical_rank_on_constructed_covariances():
     assert numerical_rank(np.diag([1.0, 1e-8, 0.5])) == 2
     assert numerical_rank(np.diag([1.0, 1e-8, 0.5]), rtol=1e-10) == 3
     # n samples -> sample covariance rank <= n - 1
-    stats = buffer_population_stats(rng.standard_normal((500, 10)), np.zeros(500, int),
-                                    rng.standard_normal((4, 10)), np.zeros(4, int), [0])
+    stats = buffer_population_stats(
+        rng.standard_normal((500, 10)), np.zeros(500, int), rng.standard_normal((4, 10)), np.zeros(4, int), [0]
+    )
     assert stats["rank_buf"][0] == 3 and stats["rank_pop"][0] == 10
 
 
@@ -152,7 +173,7 @@ def test_projector_is_idempotent_symmetric_and_splits_norms():
     assert round(np.trace(p)) == K - 1
     # features = ETF mean + noise orthogonal to the span -> exact split
     q, _ = np.linalg.qr(np.c_[m.T, rng.standard_normal((d, d - K + 1))])
-    perp = q[:, K - 1:]  # orthonormal complement of span(m)
+    perp = q[:, K - 1 :]  # orthonormal complement of span(m)
     y = np.repeat(np.arange(K), 3)
     noise = rng.standard_normal((len(y), perp.shape[1])) @ perp.T
     z = m[y] + noise

@@ -31,9 +31,16 @@ def tiny_data(seed=0, n_per_class=12, n_tasks=3, dim=6) -> ContinualData:
     means = 3 * rng.standard_normal((n_tasks * k, dim))
     x_tr = means[y_tr] + rng.standard_normal((len(y_tr), dim))
     x_te = means[y_te] + rng.standard_normal((len(y_te), dim))
-    return ContinualData(torch.tensor(x_tr, dtype=torch.float32), torch.tensor(y_tr), torch.tensor(y_tr // k),
-                         torch.tensor(x_te, dtype=torch.float32), torch.tensor(y_te), torch.tensor(y_te // k),
-                         [list(range(t * k, (t + 1) * k)) for t in range(n_tasks)], "tiny")
+    return ContinualData(
+        torch.tensor(x_tr, dtype=torch.float32),
+        torch.tensor(y_tr),
+        torch.tensor(y_tr // k),
+        torch.tensor(x_te, dtype=torch.float32),
+        torch.tensor(y_te),
+        torch.tensor(y_te // k),
+        [list(range(t * k, (t + 1) * k)) for t in range(n_tasks)],
+        "tiny",
+    )
 
 
 # ---------------------------------------------------------------- buffers
@@ -74,7 +81,7 @@ def test_balanced_buffer_keeps_equal_counts_and_earliest_items():
     assert sum(counts.values()) <= 23 and max(counts.values()) - min(counts.values()) <= 1
     assert counts == {0: 6, 1: 6, 2: 6, 3: 5}
     for c in (0, 1):  # old classes keep their earliest stored items
-        assert np.array_equal(buf.per_class[c], first[c][:counts[c]])
+        assert np.array_equal(buf.per_class[c], first[c][: counts[c]])
     buf.end_task(2, {4: order[4], 5: order[5]})
     counts = buf.counts()
     assert len(counts) == 6 and sum(counts.values()) == 23 and max(counts.values()) - min(counts.values()) <= 1
@@ -83,9 +90,22 @@ def test_balanced_buffer_keeps_equal_counts_and_earliest_items():
 
 
 def test_balanced_buffer_special_case_one_per_class():
+    """M == #classes (official ``models/er_balanced.py``, ``end_task``): the first task stores one
+    item per class with no remainder; later tasks recompute M // n_seen and M % n_seen, old classes
+    cannot grow past what they hold and take the remainder first. Hand-derived from that code for
+    M = 10, 5 tasks x 2 classes: 2, 6, 8, 8 items after tasks 0-3."""
     buf = BalancedReplayBuffer(capacity=10, total_classes=10)
-    buf.end_task(0, {0: np.arange(5), 1: np.arange(5, 10)})
-    assert buf.counts() == {0: 1, 1: 1}
+    sizes, counts = [], []
+    for t in range(4):
+        buf.end_task(t, {c: np.arange(100 * c, 100 * c + 50) for c in (2 * t, 2 * t + 1)})
+        sizes.append(len(buf))
+        counts.append(buf.counts())
+    assert sizes == [2, 6, 8, 8]
+    assert counts[0] == {0: 1, 1: 1}
+    assert counts[1] == {0: 1, 1: 1, 2: 2, 3: 2}  # per = 10 // 4 = 2, remainder 2 spent on classes 0, 1
+    assert counts[2] == {0: 1, 1: 1, 2: 2, 3: 2, 4: 1, 5: 1}  # per 1, remainder 4 spent on classes 0-3
+    assert counts[3] == dict.fromkeys(range(8), 1)
+    assert np.array_equal(buf.per_class[3], [300])  # earliest item kept
     buf = BalancedReplayBuffer(capacity=10, total_classes=20)  # not the special case
     buf.end_task(0, {0: np.arange(5), 1: np.arange(5, 10)})
     assert buf.counts() == {0: 5, 1: 5}
@@ -130,6 +150,26 @@ def test_step_cap_and_plans():
     # every stream item is visited once per epoch
     s_all = np.concatenate(stream_batches(10, 4, 2, rng))
     assert np.array_equal(np.sort(s_all), np.repeat(np.arange(10), 2))
+
+
+def test_step_cap_binds_from_the_third_task():
+    """Task 2 streams 64 // 3 = 21 samples per step, so 3 epochs need more steps than task 0 (batch
+    32); the official guard stops it at task 0's count + 1. Without the cap it would run them all."""
+    data = split_digits(0)
+    cfg = ERConfig(buffer_size=50, epochs=3)
+    buf = BalancedReplayBuffer(50, data.n_classes)
+    rng = np.random.default_rng(0)
+    plans = []
+    for t in range(3):
+        plans.append(plan_task(data, t, buf, cfg, rng, len(plans[0]) if plans else None))
+        buf.end_task(t, {c: data.class_indices(c) for c in data.task_classes[t]})
+    n2 = len(data.task_indices(2))
+    uncapped = 3 * int(np.ceil(n2 / (64 // 3)))
+    assert uncapped > len(plans[0]) + 1  # the cap can bind here
+    assert len(plans[2]) == len(plans[0]) + 1
+    assert all(len(s) <= 21 for s, _ in plans[2]) and sum(len(s) == 21 for s, _ in plans[2]) >= len(plans[2]) - 3
+    free = plan_task(data, 2, buf, ERConfig(buffer_size=50, epochs=3, cap_steps=False), rng, len(plans[0]))
+    assert len(free) == uncapped
 
 
 def test_buffer_size_zero_is_exactly_fine_tuning():
@@ -210,5 +250,4 @@ def test_bad_inputs_are_rejected():
         ERConfig(buffer_policy="fifo")
     d = tiny_data()
     with pytest.raises(ValueError):  # task ids that disagree with the labels
-        ContinualData(d.x_train, d.y_train, torch.zeros_like(d.t_train), d.x_test, d.y_test, d.t_test,
-                      d.task_classes)
+        ContinualData(d.x_train, d.y_train, torch.zeros_like(d.t_train), d.x_test, d.y_test, d.t_test, d.task_classes)

@@ -18,9 +18,11 @@ Implemented:
   (:mod:`.neural_collapse`); the LDA counterfactual (:mod:`.lda`); all gathered by
   :func:`final_diagnostics`;
 * data: split-digits (scikit-learn ``load_digits``), the synthetic orthogonal-subspace tasks,
-  local ``.npz`` features and local image folders (:mod:`.data`); MLP and CIFAR ResNet-18
+  CIFAR-10/100 from the distributed pickle batches, local ``.npz`` features and local image
+  folders (:mod:`.data`); MLP and CIFAR ResNet-18
   (:mod:`.models`);
-* the reproduction (:mod:`.experiment`, claims C1-C4) and the paper-scale path (:mod:`.paper`).
+* the typed run configuration (:mod:`.config`), the reproduction (:mod:`.experiment`, claims
+  C1-C4) and the paper-scale path (:mod:`.paper`).
 
 Not implemented: DIL (domain-incremental) streams, DER/FDR/iCaRL, pretrained ViT/ResNet-50
 backbones (any ``features`` module with ``out_dim`` plugs in), the theory's asymptotic SNR bounds
@@ -28,7 +30,8 @@ backbones (any ``features`` module with ``out_dim`` plugs in), the theory's asym
 """
 
 from .buffer import BalancedReplayBuffer, ReplayBuffer, ReservoirBuffer, make_buffer
-from .data import ContinualData, load_image_folder, load_npz_tasks, orthogonal_subspace_tasks, split_digits
+from .config import RunConfig, config_for
+from .data import ContinualData, load_cifar, load_image_folder, load_npz_tasks, orthogonal_subspace_tasks, split_digits
 from .diagnostics import final_diagnostics
 from .lda import gaussian_stats, lda_counterfactuals, lda_fit, lda_predict
 from .models import ContinualNet, MLPFeatures, ResNet18Features
@@ -45,13 +48,39 @@ from .probe import LinearProbe, forgetting, forgetting_matrix
 from .replay import ContinualResult, ERConfig, batch_split, plan_task, run_continual
 
 __all__ = [
-    "BalancedReplayBuffer", "ReplayBuffer", "ReservoirBuffer", "make_buffer",
-    "ContinualData", "load_image_folder", "load_npz_tasks", "orthogonal_subspace_tasks", "split_digits",
+    "BalancedReplayBuffer",
+    "ReplayBuffer",
+    "ReservoirBuffer",
+    "make_buffer",
+    "RunConfig",
+    "config_for",
+    "ContinualData",
+    "load_cifar",
+    "load_image_folder",
+    "load_npz_tasks",
+    "orthogonal_subspace_tasks",
+    "split_digits",
     "final_diagnostics",
-    "gaussian_stats", "lda_counterfactuals", "lda_fit", "lda_predict",
-    "ContinualNet", "MLPFeatures", "ResNet18Features",
-    "buffer_population_stats", "class_covariance", "class_means_vars", "nc_metrics", "numerical_rank",
-    "projection_norms", "subspace_projector",
-    "LinearProbe", "forgetting", "forgetting_matrix",
-    "ContinualResult", "ERConfig", "batch_split", "plan_task", "run_continual",
+    "gaussian_stats",
+    "lda_counterfactuals",
+    "lda_fit",
+    "lda_predict",
+    "ContinualNet",
+    "MLPFeatures",
+    "ResNet18Features",
+    "buffer_population_stats",
+    "class_covariance",
+    "class_means_vars",
+    "nc_metrics",
+    "numerical_rank",
+    "projection_norms",
+    "subspace_projector",
+    "LinearProbe",
+    "forgetting",
+    "forgetting_matrix",
+    "ContinualResult",
+    "ERConfig",
+    "batch_split",
+    "plan_task",
+    "run_continual",
 ]

@@ -6,8 +6,11 @@ Two policies:
 * :class:`BalancedReplayBuffer`: the official ``er_balanced`` policy used in the paper. The buffer
   is rebuilt at the end of every task so that every seen class holds ``M // n_seen`` items (the
   first ``M % n_seen`` classes one more); old classes keep their *earliest* stored items, new classes
-  add their first items in loader order. Official special case: when ``M`` equals the total number
-  of classes, every class keeps exactly one item.
+  add their first items in loader order. Official special case (``models/er_balanced.py``,
+  ``end_task``): when ``M`` equals the total number of classes, the *first* task stores one item per
+  class and no remainder; from the second task on the general rule applies again, so old classes
+  (holding one item) cannot grow while new ones get ``M // n_seen``: with M = 10 classes, 2 per
+  task, the buffer holds 2, 6, 8, 8 items after tasks 0-3.
 * :class:`ReservoirBuffer`: classic ER reservoir sampling (Vitter's algorithm R). After ``n`` stream
   items each one is in the buffer with probability ``min(1, M / n)``.
 """
@@ -55,8 +58,8 @@ class BalancedReplayBuffer(ReplayBuffer):
     """Class-balanced buffer rebuilt at task ends (official ``er_balanced``, spec section 3.2).
 
     capacity: M, the number of stored samples.
-    total_classes: number of classes of the whole sequence (for the ``M == N_CLASSES`` special case);
-        ``None`` disables the special case.
+    total_classes: number of classes of the whole sequence (for the ``M == N_CLASSES`` special case
+        of the first task); ``None`` disables the special case.
     """
 
     def __init__(self, capacity: int, total_classes: int | None = None):
@@ -73,16 +76,16 @@ class BalancedReplayBuffer(ReplayBuffer):
                 raise ValueError(f"class {c} was already added to the buffer")
         self.class_order += list(new_classes)
         n_seen = len(self.class_order)
-        if self.total_classes is not None and self.capacity == self.total_classes:
-            quota = dict.fromkeys(self.class_order, 1)
+        if task == 0 and self.total_classes is not None and self.capacity == self.total_classes:
+            quota = dict.fromkeys(self.class_order, 1)  # official: one per class, remainder 0 (first task only)
         else:
             per, rem = divmod(self.capacity, n_seen)
             quota = {c: per + (1 if k < rem else 0) for k, c in enumerate(self.class_order)}
         for c in self.class_order:
             if c in new_classes:
-                self.per_class[c] = np.asarray(new_classes[c], dtype=np.int64)[:quota[c]].copy()
+                self.per_class[c] = np.asarray(new_classes[c], dtype=np.int64)[: quota[c]].copy()
             else:  # shrink: keep the first stored items
-                self.per_class[c] = self.per_class[c][:quota[c]]
+                self.per_class[c] = self.per_class[c][: quota[c]]
         self.indices = np.concatenate([self.per_class[c] for c in self.class_order]).astype(np.int64)
         self.labels = np.concatenate([np.full(len(self.per_class[c]), c) for c in self.class_order]).astype(np.int64)
 

@@ -96,20 +96,23 @@ def _tasks_from_labels(x_tr, y_tr, x_te, y_te, n_tasks: int, order: np.ndarray, 
     remap[order] = np.arange(n_classes)
     y_tr, y_te = remap[y_tr], remap[y_te]
     return ContinualData(
-        x_train=torch.as_tensor(x_tr, dtype=torch.float32), y_train=torch.as_tensor(y_tr),
-        t_train=torch.as_tensor(y_tr // k), x_test=torch.as_tensor(x_te, dtype=torch.float32),
-        y_test=torch.as_tensor(y_te), t_test=torch.as_tensor(y_te // k),
-        task_classes=[list(range(t * k, (t + 1) * k)) for t in range(n_tasks)], name=name)
+        x_train=torch.as_tensor(x_tr, dtype=torch.float32),
+        y_train=torch.as_tensor(y_tr),
+        t_train=torch.as_tensor(y_tr // k),
+        x_test=torch.as_tensor(x_te, dtype=torch.float32),
+        y_test=torch.as_tensor(y_te),
+        t_test=torch.as_tensor(y_te // k),
+        task_classes=[list(range(t * k, (t + 1) * k)) for t in range(n_tasks)],
+        name=name,
+    )
 
 
-def _stratified_split(y: np.ndarray, test_frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    tr, te = [], []
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        n_te = int(round(test_frac * len(idx)))
-        te.append(idx[:n_te])
-        tr.append(idx[n_te:])
-    return np.sort(np.concatenate(tr)), np.sort(np.concatenate(te))
+def _stratified_split(y: np.ndarray, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) index arrays of a stratified split (``sklearn.model_selection.train_test_split``)."""
+    from sklearn.model_selection import train_test_split
+
+    tr, te = train_test_split(np.arange(len(y)), test_size=test_frac, stratify=y, random_state=seed)
+    return np.sort(tr), np.sort(te)
 
 
 def split_digits(seed: int, n_tasks: int = 5, test_frac: float = 0.3, permute_classes: bool = True) -> ContinualData:
@@ -118,7 +121,7 @@ def split_digits(seed: int, n_tasks: int = 5, test_frac: float = 0.3, permute_cl
 
     rng = np.random.default_rng(seed)
     x, y = load_digits(return_X_y=True)
-    tr, te = _stratified_split(y, test_frac, rng)
+    tr, te = _stratified_split(y, test_frac, seed)
     mu, sd = x[tr].mean(0), x[tr].std(0)
     sd[sd == 0] = 1.0  # constant border pixels
     x = (x - mu) / sd
@@ -126,10 +129,19 @@ def split_digits(seed: int, n_tasks: int = 5, test_frac: float = 0.3, permute_cl
     return _tasks_from_labels(x[tr], y[tr], x[te], y[te], n_tasks, order, "split-digits")
 
 
-def orthogonal_subspace_tasks(seed: int, n_tasks: int = 5, classes_per_task: int = 2, dim: int = 100,
-                              subspace_dim: int = 4, mean_norm: float = 4.0, noise: float = 1.0,
-                              nuisance_dim: int = 10, nuisance_std: float = 2.0, n_per_class: int = 300,
-                              test_frac: float = 0.3) -> ContinualData:
+def orthogonal_subspace_tasks(
+    seed: int,
+    n_tasks: int = 5,
+    classes_per_task: int = 2,
+    dim: int = 100,
+    subspace_dim: int = 4,
+    mean_norm: float = 4.0,
+    noise: float = 1.0,
+    nuisance_dim: int = 10,
+    nuisance_std: float = 2.0,
+    n_per_class: int = 300,
+    test_frac: float = 0.3,
+) -> ContinualData:
     """Synthetic tasks whose class means live in mutually orthogonal subspaces.
 
     x = Q_t v_c + sigma * eps + N z,  eps ~ N(0, I_dim),  z ~ N(0, s^2 I_nuisance)
@@ -143,10 +155,10 @@ def orthogonal_subspace_tasks(seed: int, n_tasks: int = 5, classes_per_task: int
         raise ValueError(f"dim={dim} too small for {n_tasks} x {subspace_dim}-d subspaces + {nuisance_dim} nuisance")
     rng = np.random.default_rng(10_000 + seed)
     basis, _ = np.linalg.qr(rng.standard_normal((dim, need)))
-    nuis = basis[:, n_tasks * subspace_dim:]
+    nuis = basis[:, n_tasks * subspace_dim :]
     xs, ys = [], []
     for t in range(n_tasks):
-        q = basis[:, t * subspace_dim:(t + 1) * subspace_dim]
+        q = basis[:, t * subspace_dim : (t + 1) * subspace_dim]
         # the task's class means: mutually orthogonal directions of the subspace, norm mean_norm
         # (random directions can land close together and make a task nearly inseparable)
         rot, _ = np.linalg.qr(rng.standard_normal((subspace_dim, subspace_dim)))
@@ -159,13 +171,14 @@ def orthogonal_subspace_tasks(seed: int, n_tasks: int = 5, classes_per_task: int
             xs.append(x)
             ys.append(np.full(n, t * classes_per_task + k))
     x, y = np.concatenate(xs), np.concatenate(ys)
-    tr, te = _stratified_split(y, test_frac, rng)
+    tr, te = _stratified_split(y, test_frac, 10_000 + seed)
     order = np.arange(n_tasks * classes_per_task)  # the construction is already random per seed
     return _tasks_from_labels(x[tr], y[tr], x[te], y[te], n_tasks, order, "orthogonal-subspaces")
 
 
-def load_npz_tasks(path: str | Path, n_tasks: int | None = None, seed: int = 0, permute_classes: bool = False,
-                   name: str | None = None) -> ContinualData:
+def load_npz_tasks(
+    path: str | Path, n_tasks: int | None = None, seed: int = 0, permute_classes: bool = False, name: str | None = None
+) -> ContinualData:
     """Tasks from local ``.npz`` files.
 
     ``path`` is either one ``.npz`` with arrays ``x_train, y_train, x_test, y_test`` (classes are split
@@ -209,15 +222,28 @@ def load_npz_tasks(path: str | Path, n_tasks: int | None = None, seed: int = 0, 
         raise ValueError(f"{path}: test labels not present in train labels")
     x_tr = cat["x_train"].reshape(len(cat["x_train"]), -1) if cat["x_train"].ndim == 1 else cat["x_train"]
     x_te = cat["x_test"].reshape(len(cat["x_test"]), -1) if cat["x_test"].ndim == 1 else cat["x_test"]
-    return _tasks_from_labels(x_tr, cat["y_train"].astype(np.int64), x_te, cat["y_test"].astype(np.int64), n_tasks,
-                              order_arr, name or path.stem)
+    return _tasks_from_labels(
+        x_tr,
+        cat["y_train"].astype(np.int64),
+        x_te,
+        cat["y_test"].astype(np.int64),
+        n_tasks,
+        order_arr,
+        name or path.stem,
+    )
 
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 
 
-def load_image_folder(root: str | Path, n_tasks: int, seed: int = 0, permute_classes: bool = True,
-                      image_size: int | None = None, name: str | None = None) -> ContinualData:
+def load_image_folder(
+    root: str | Path,
+    n_tasks: int,
+    seed: int = 0,
+    permute_classes: bool = True,
+    image_size: int | None = None,
+    name: str | None = None,
+) -> ContinualData:
     """An image-folder dataset: ``root/{train,test}/<class name>/<image>`` (e.g. CIFAR-100 as PNGs).
 
     Images are loaded into memory as float tensors in [0, 1], normalised per channel with the train
@@ -266,3 +292,108 @@ def load_image_folder(root: str | Path, n_tasks: int, seed: int = 0, permute_cla
     x_tr, x_te = (x_tr - mu) / sd, (x_te - mu) / sd
     order = np.random.default_rng(seed).permutation(len(names)) if permute_classes else np.arange(len(names))
     return _tasks_from_labels(x_tr, y_tr, x_te, y_te, n_tasks, order, name or root.name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CIFAR-10 / CIFAR-100 as distributed (the "python version" pickle batches)
+# ---------------------------------------------------------------------------------------------------
+
+#: name -> (folder inside root, train files, test files, label key). The layout torchvision's
+#: ``CIFAR10`` / ``CIFAR100`` read: ``root/cifar-10-batches-py/data_batch_{1..5}, test_batch`` and
+#: ``root/cifar-100-python/train, test`` (each a pickled dict with ``data`` (N, 3072) uint8 rows in
+#: channel-major order and the labels under ``labels`` or ``fine_labels``).
+CIFAR_LAYOUT = {
+    "cifar10": ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), "labels"),
+    "cifar100": ("cifar-100-python", ("train",), ("test",), "fine_labels"),
+}
+CIFAR_MEAN_STD = {  # official datasets/seq_cifar10.py, seq_cifar100.py: MEAN, STD
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2615)),
+    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+}
+
+
+def find_cifar(root: str | Path) -> tuple[str, Path] | None:
+    """(name, root) when ``root`` holds CIFAR-10/100 in the distributed layout (or is that folder)."""
+    root = Path(root)
+    for name, (folder, *_rest) in CIFAR_LAYOUT.items():
+        if (root / folder).is_dir():
+            return name, root
+        if root.name == folder and root.is_dir():
+            return name, root.parent
+    return None
+
+
+def _cifar_torchvision(name: str, root: Path, train: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """torchvision's dataset class (download off); None when torchvision cannot be imported.
+
+    Its md5 check is replaced by a presence check, so the same code reads a subset in the same layout.
+    """
+    try:
+        from torchvision.datasets import CIFAR10, CIFAR100
+    except Exception:  # not installed, or a build that does not match the installed torch
+        return None
+    base = CIFAR10 if name == "cifar10" else CIFAR100
+    folder, tr_files, te_files, _ = CIFAR_LAYOUT[name]
+
+    class _Local(base):
+        def _check_integrity(self) -> bool:
+            return all((Path(self.root) / folder / f).is_file() for f in (tr_files if self.train else te_files))
+
+    ds = _Local(str(root), train=train, download=False)
+    return np.asarray(ds.data).transpose(0, 3, 1, 2), np.asarray(ds.targets, dtype=np.int64)
+
+
+def _cifar_pickles(name: str, root: Path, train: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The same files read directly: (x (N, 3, 32, 32) uint8, y (N,) int64).
+
+    The batches are Python pickles (the format CIFAR is distributed in); only read files you trust.
+    """
+    import pickle
+
+    folder, tr_files, te_files, key = CIFAR_LAYOUT[name]
+    xs, ys = [], []
+    for f in tr_files if train else te_files:
+        path = root / folder / f
+        if not path.is_file():
+            raise ValueError(f"{root}: missing {folder}/{f} (the CIFAR python-version layout)")
+        with open(path, "rb") as fh:
+            entry = pickle.load(fh, encoding="latin1")
+        if "data" not in entry or key not in entry:
+            raise ValueError(f"{path}: expected keys 'data' and '{key}', got {sorted(entry)}")
+        xs.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(entry[key], dtype=np.int64))
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def load_cifar(
+    root: str | Path,
+    n_tasks: int,
+    seed: int = 0,
+    permute_classes: bool = True,
+    name: str | None = None,
+    use_torchvision: bool = True,
+) -> ContinualData:
+    """Seq-CIFAR-10/100 from the distributed files (nothing is downloaded).
+
+    Read through torchvision's ``CIFAR10``/``CIFAR100`` classes (``download=False``) when torchvision
+    imports, else directly from the same pickle batches. Inputs are float (N, 3, 32, 32), scaled to
+    [0, 1] and normalised with the dataset's standard per-channel mean/std; class order is permuted
+    by the seed (official ``--permute_classes=1``) and split into ``n_tasks`` equal tasks.
+    """
+    found = find_cifar(root)
+    if found is None:
+        raise ValueError(f"{root}: no cifar-10-batches-py/ or cifar-100-python/ folder")
+    which, base = found
+    if name is not None and name != which:
+        raise ValueError(f"{root}: holds {which}, not {name}")
+    arrays = {}
+    for train in (True, False):
+        got = _cifar_torchvision(which, base, train) if use_torchvision else None
+        arrays[train] = got if got is not None else _cifar_pickles(which, base, train)
+    (x_tr, y_tr), (x_te, y_te) = arrays[True], arrays[False]
+    mean, std = (np.asarray(v, dtype=np.float32).reshape(1, 3, 1, 1) for v in CIFAR_MEAN_STD[which])
+    x_tr = (x_tr.astype(np.float32) / 255.0 - mean) / std
+    x_te = (x_te.astype(np.float32) / 255.0 - mean) / std
+    classes = np.unique(y_tr)
+    order = np.random.default_rng(seed).permutation(classes) if permute_classes else classes
+    return _tasks_from_labels(x_tr, y_tr, x_te, y_te, n_tasks, order, which)

@@ -20,9 +20,16 @@ from .probe import LinearProbe
 from .replay import ContinualResult
 
 
-def final_diagnostics(net: ContinualNet, data: ContinualData, res: ContinualResult, setting: str, seed: int = 0,
-                      probe_factory: Callable[[], LinearProbe] | None = None, ridge: float = 1e-2,
-                      rtol: float = 1e-6) -> dict:
+def final_diagnostics(
+    net: ContinualNet,
+    data: ContinualData,
+    res: ContinualResult,
+    setting: str,
+    seed: int = 0,
+    probe_factory: Callable[[], LinearProbe] | None = None,
+    ridge: float = 1e-2,
+    rtol: float = 1e-6,
+) -> dict:
     """Buffer/population stats of the old classes, NC metrics, LDA counterfactuals, probes (see module doc)."""
     if res.final is None:
         raise ValueError("run_continual was called with evaluate=False; no features to diagnose")
@@ -37,8 +44,8 @@ def final_diagnostics(net: ContinualNet, data: ContinualData, res: ContinualResu
     old_test = data.task_indices(list(range(T - 1)), "test")
     n_test = np.array([len(data.task_indices(j, "test")) for j in range(T - 1)])
     out: dict = {
-        "own_head_old": float((res.acc_shallow[T - 1, :T - 1] * n_test).sum() / n_test.sum()),
-        "probe_old": float((res.acc_deep[T - 1, :T - 1] * n_test).sum() / n_test.sum()),
+        "own_head_old": float((res.acc_shallow[T - 1, : T - 1] * n_test).sum() / n_test.sum()),
+        "probe_old": float((res.acc_deep[T - 1, : T - 1] * n_test).sum() / n_test.sum()),
         "nc_train": nc_metrics(f.z_train, y_tr, all_classes, head_w, groups, setting, rtol),
         "nc_test": nc_metrics(f.z_test, y_te, all_classes, head_w, groups, setting, rtol),
     }
@@ -50,8 +57,9 @@ def final_diagnostics(net: ContinualNet, data: ContinualData, res: ContinualResu
     cur = data.task_indices(T - 1)
     seen_idx = np.concatenate([buf_idx, cur])
     z_seen, y_seen = f.z_train[seen_idx], y_tr[seen_idx]
-    stats = buffer_population_stats(f.z_train, y_tr, f.z_train[buf_idx], y_tr[buf_idx], old_classes, rtol,
-                                    rng=np.random.default_rng([seed, 7]))
+    stats = buffer_population_stats(
+        f.z_train, y_tr, f.z_train[buf_idx], y_tr[buf_idx], old_classes, rtol, rng=np.random.default_rng([seed, 7])
+    )
     out["buffer_stats"] = stats
     out["nc_buffer_view"] = nc_metrics(z_seen, y_seen, all_classes, head_w, groups, setting, rtol)
     # active subspace S = span of the centred buffer-view class means; per task: mean ||P phi||, ||(I-P) phi||
@@ -59,9 +67,19 @@ def final_diagnostics(net: ContinualNet, data: ContinualData, res: ContinualResu
     proj = subspace_projector(centre_means(mu_seen, None if setting == "cil" else groups), rtol)
     out["subspace"] = {f"task{t}": projection_norms(f.z_train[data.task_indices(t)], proj) for t in range(T)}
     if setting == "cil":
-        out["lda"] = lda_counterfactuals(f.z_train, y_tr, z_seen, y_seen, f.z_test[old_test], y_te[old_test],
-                                         all_classes, ridge=ridge)
-        out["lda_pinv"] = lda_counterfactuals(f.z_train, y_tr, z_seen, y_seen, f.z_test[old_test], y_te[old_test],
-                                              all_classes, ridge=ridge, inverse="pinv")
+        out["lda"] = lda_counterfactuals(
+            f.z_train, y_tr, z_seen, y_seen, f.z_test[old_test], y_te[old_test], all_classes, ridge=ridge
+        )
+        out["lda_pinv"] = lda_counterfactuals(
+            f.z_train,
+            y_tr,
+            z_seen,
+            y_seen,
+            f.z_test[old_test],
+            y_te[old_test],
+            all_classes,
+            ridge=ridge,
+            inverse="pinv",
+        )
         out["probe_buffer_old"] = probe_factory().fit(z_seen, y_seen).score(f.z_test[old_test], y_te[old_test])
     return out

@@ -1,69 +1,40 @@
 """Reproduction: shallow vs deep forgetting under replay, with Neural Collapse diagnostics.
 
-Grid: dataset x setting (CIL, TIL) x buffer fraction x seed. One run trains a fresh MLP on the
-5 tasks with class-balanced ER (buffer M = round(f * N_train)) and records A, A*, F_sh, F_dp and
-the end-of-training diagnostics (buffer vs population statistics, NC metrics, LDA counterfactual).
-Runs are independent and are spread over worker processes (``--set workers=N``); each result
+Grid: dataset x setting (CIL, TIL) x buffer fraction x seed. One run trains a fresh network on the
+tasks with class-balanced ER (buffer M = round(f * N_train)) and records A, A*, F_sh, F_dp and the
+end-of-training diagnostics (buffer vs population statistics, NC metrics, LDA counterfactual).
+Runs are independent and are spread over worker processes (``--set grid.workers=N``); each result
 depends only on its (dataset, setting, buffer, seed), never on the worker layout.
 
-Scales:
+Every setting lives in :mod:`.config` (``config_for(scale)``); ``--show-config`` lists them:
+
 * smoke: 1 seed, buffers {0, 4%, 100%} (TIL {4%}), 10 epochs/task;
 * small: seeds 0,1,2, buffers {0, .8, 1.6, 4, 8, 16, 32, 64, 100}% (TIL {0, 1.6, 8, 32}%),
-  100 epochs/task, d_feat 16, SGD lr 0.05 momentum 0.9 weight decay 5e-4 (spec section 6);
-* paper: the same code on a local dataset (image folder or .npz features), see :mod:`.paper`.
+  100 epochs/task, MLP d_feat 64, official SGD (lr 0.1, momentum 0, batch 32 + 32) with weight decay 5e-4;
+* paper: the same code on local CIFAR-10/100 files, an image folder or .npz features, see :mod:`.paper`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 
+from iclr26.core.config import config_to_dict
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
 from iclr26.core.report import markdown_table, save_fig
 
+from .config import GridConfig, RunConfig, config_for
 from .data import ContinualData, orthogonal_subspace_tasks, split_digits
 from .diagnostics import final_diagnostics
 from .models import ContinualNet, MLPFeatures
 from .probe import LinearProbe, forgetting
-from .replay import ERConfig, run_continual
+from .replay import run_continual
 
 SMALL_BUFFER_MAX = 0.08  # "buffers <= 8% of the data" (C2, C3)
-
-
-@dataclass(frozen=True)
-class GridConfig:
-    """The reproduction grid (small-scale defaults = spec section 6).
-
-    datasets: dataset names ("split-digits", "orthogonal-subspaces").
-    buffer_fracs: CIL buffer sizes as fractions of the training set (M = round(f * N_train)).
-    til_fracs: TIL buffer sizes (a subset of buffer_fracs; C4 compares the gaps on these).
-    epochs: epochs per task.
-    d_feat: feature dimension of the MLP.
-    hidden: hidden widths of the MLP.
-    lr, momentum, weight_decay: SGD settings of the CPU design.
-    probe_C: inverse L2 strength of the logistic-regression probe (official: 10).
-    lda_ridge: relative ridge of the LDA covariance inverse.
-    """
-
-    datasets: tuple[str, ...] = ("split-digits", "orthogonal-subspaces")
-    buffer_fracs: tuple[float, ...] = (0.0, 0.008, 0.016, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0)
-    til_fracs: tuple[float, ...] = (0.0, 0.016, 0.08, 0.32)
-    epochs: int = 100
-    d_feat: int = 16
-    hidden: tuple[int, ...] = (256, 256)
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    probe_C: float = 10.0
-    lda_ridge: float = 1e-2
-
-
-SMOKE = GridConfig(buffer_fracs=(0.0, 0.04, 1.0), til_fracs=(0.04,), epochs=10)
-SMALL = GridConfig()
 
 DATASETS = {"split-digits": split_digits, "orthogonal-subspaces": orthogonal_subspace_tasks}
 
@@ -77,34 +48,53 @@ def buffer_size(frac: float, n_train: int) -> int:
     return int(round(frac * n_train))
 
 
-def one_run(data: ContinualData, setting: str, frac: float, seed: int, grid: GridConfig, device: str = "cpu",
-            make_features: Callable[[], torch.nn.Module] | None = None, er_overrides: dict | None = None,
-            augment: Callable | None = None, probe_backend: str = "sklearn", progress: bool = False) -> dict:
+def one_run(
+    data: ContinualData,
+    setting: str,
+    frac: float,
+    seed: int,
+    cfg: RunConfig,
+    device: str = "cpu",
+    make_features: Callable[[], torch.nn.Module] | None = None,
+    augment: Callable | None = None,
+    progress: bool = False,
+    log: Callable[..., None] | None = None,
+) -> dict:
     """Train and diagnose one (dataset, setting, buffer, seed) cell; returns plain numbers.
 
-    make_features: builds the feature extractor (default: the MLP of ``grid``); called after seeding.
-    er_overrides: ERConfig fields replacing the grid's (paper scale: batch size, lr, ...).
+    make_features: builds the feature extractor (default: the MLP of ``cfg.model``); called after seeding.
+    log: per-step ``log(step, **scalars)`` (loss, lr, grad_norm, task) every ``cfg.log_every`` steps.
     """
     torch.manual_seed(seed)
     if make_features is None:
-        feats = MLPFeatures(int(np.prod(data.x_train.shape[1:])), grid.hidden, grid.d_feat)
+        feats = MLPFeatures(int(np.prod(data.x_train.shape[1:])), cfg.model.hidden, cfg.model.d_feat)
     else:
         feats = make_features()
     net = ContinualNet(feats, data.n_classes, data.task_classes, multi_head=setting == "til")
-    kw = dict(setting=setting, buffer_size=buffer_size(frac, len(data.y_train)), epochs=grid.epochs, lr=grid.lr,
-              momentum=grid.momentum, weight_decay=grid.weight_decay)
-    kw.update(er_overrides or {})
-    cfg = ERConfig(**kw)
-    probe = functools.partial(LinearProbe, C=grid.probe_C, backend=probe_backend, device=device)
-    res = run_continual(net, data, cfg, seed, device=device, probe_factory=probe, augment=augment,
-                        progress=progress)
+    er = replace(cfg.train, setting=setting, buffer_size=buffer_size(frac, len(data.y_train)))
+    ev = cfg.eval
+    probe = functools.partial(LinearProbe, C=ev.probe_C, backend=ev.probe_backend, device=device)
+    res = run_continual(
+        net,
+        data,
+        er,
+        seed,
+        device=device,
+        probe_factory=probe,
+        augment=augment,
+        progress=progress,
+        log=log,
+        log_every=cfg.log_every,
+    )
     if res.final is None:  # a non-zero torchrun rank: rank 0 evaluates
-        return {"buffer_size": cfg.buffer_size, "steps": res.steps}
-    diag = final_diagnostics(net, data, res, setting, seed, probe, ridge=grid.lda_ridge)
+        return {"buffer_size": er.buffer_size, "steps": res.steps}
+    diag = final_diagnostics(net, data, res, setting, seed, probe, ridge=ev.lda_ridge)
     return {
-        "buffer_size": cfg.buffer_size,
-        "F_sh": 100 * forgetting(res.acc_shallow),
-        "F_dp": 100 * forgetting(res.acc_deep),
+        "buffer_size": er.buffer_size,
+        "F_sh": 100 * forgetting(res.acc_shallow, reference=ev.forgetting_ref),
+        "F_dp": 100 * forgetting(res.acc_deep, reference=ev.forgetting_ref),
+        "F_sh_max": 100 * forgetting(res.acc_shallow, reference="max"),
+        "F_dp_max": 100 * forgetting(res.acc_deep, reference="max"),
         "acc_shallow": res.acc_shallow,
         "acc_deep": res.acc_deep,
         "final_acc_shallow": 100 * float(np.nanmean(res.acc_shallow[-1])),
@@ -115,32 +105,48 @@ def one_run(data: ContinualData, setting: str, frac: float, seed: int, grid: Gri
     }
 
 
-def _job(args: tuple) -> tuple[tuple, dict]:
-    name, setting, frac, seed, grid = args
+def _job(args: tuple) -> tuple[tuple, dict, list]:
+    """One grid cell in a worker process; also returns its logged training curve."""
+    name, setting, frac, seed, cfg = args
     torch.set_num_threads(1)
-    return (name, setting, frac, seed), one_run(_dataset(name, seed), setting, frac, seed, grid)
+    curve: list = []
+
+    def log(step, **scalars):
+        curve.append((step, scalars))
+
+    rec = one_run(_dataset(name, seed), setting, frac, seed, cfg, log=log)
+    return (name, setting, frac, seed), rec, curve
 
 
-def run_grid(ctx: RunContext, grid: GridConfig, workers: int = 1) -> dict[tuple, dict]:
-    """Every (dataset, setting, frac, seed) cell, in parallel worker processes when workers > 1."""
-    jobs = [(d, "cil", f, s, grid) for d in grid.datasets for f in grid.buffer_fracs for s in ctx.seeds]
-    jobs += [(d, "til", f, s, grid) for d in grid.datasets for f in grid.til_fracs for s in ctx.seeds]
+def run_grid(ctx: RunContext, cfg: RunConfig) -> dict[tuple, dict]:
+    """Every (dataset, setting, frac, seed) cell, in parallel worker processes when workers > 1.
+
+    Training curves go to ``ctx.log`` (series ``dataset/setting/buffer/seedS``).
+    """
+    grid = cfg.grid
+    jobs = [(d, "cil", f, s, cfg) for d in grid.datasets for f in grid.buffer_fracs for s in ctx.seeds]
+    jobs += [(d, "til", f, s, cfg) for d in grid.datasets for f in grid.til_fracs for s in ctx.seeds]
     # longest first (large buffers, synthetic) for a better packing over the workers
     jobs.sort(key=lambda j: (j[0] != "orthogonal-subspaces", -j[2]))
     out = {}
-    if workers <= 1:
+
+    def collect(key, rec, curve):
+        out[key] = rec
+        d, st, f, s = key
+        for step, scalars in curve:
+            ctx.log(step, series=f"{d}/{st}/{100 * f:g}%/seed{s}", **scalars)
+
+    if grid.workers <= 1:
         for job in ctx.progress(jobs, desc="forgetting runs"):
-            key, rec = _job(job)
-            out[key] = rec
+            collect(*_job(job))
         return out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=grid.workers, mp_context=mp.get_context("spawn")) as pool:
         futs = [pool.submit(_job, j) for j in jobs]
         for fut in ctx.progress(as_completed(futs), total=len(futs), desc="forgetting runs"):
-            key, rec = fut.result()
-            out[key] = rec
+            collect(*fut.result())
     return out
 
 
@@ -172,10 +178,15 @@ def aggregate(results: dict[tuple, dict], grid: GridConfig, seeds: tuple[int, ..
             rows = {}
             for f in fracs:
                 recs = [results[(d, setting, f, s)] for s in seeds]
-                row = {"buffer_size": recs[0]["buffer_size"], "F_sh": _ms(r["F_sh"] for r in recs),
-                       "F_dp": _ms(r["F_dp"] for r in recs),
-                       "final_acc_shallow": _ms(r["final_acc_shallow"] for r in recs),
-                       "final_acc_deep": _ms(r["final_acc_deep"] for r in recs)}
+                row = {
+                    "buffer_size": recs[0]["buffer_size"],
+                    "F_sh": _ms(r["F_sh"] for r in recs),
+                    "F_dp": _ms(r["F_dp"] for r in recs),
+                    "F_sh_max": _ms(r["F_sh_max"] for r in recs),
+                    "F_dp_max": _ms(r["F_dp_max"] for r in recs),
+                    "final_acc_shallow": _ms(r["final_acc_shallow"] for r in recs),
+                    "final_acc_deep": _ms(r["final_acc_deep"] for r in recs),
+                }
                 if setting == "cil" and 0 < f and all("buffer_stats" in r["diag"] for r in recs):
                     st = [r["diag"]["buffer_stats"] for r in recs]
                     rank_buf = np.mean([s["rank_buf"] for s in st], axis=0)  # per old-class slot, seed mean
@@ -193,14 +204,15 @@ def aggregate(results: dict[tuple, dict], grid: GridConfig, seeds: tuple[int, ..
                     for k in ("own_head_old", "probe_old", "probe_buffer_old"):
                         row[k] = 100 * float(np.mean([r["diag"][k] for r in recs]))
                     for view in ("nc_train", "nc_buffer_view"):
-                        row[view] = {k: float(np.mean([r["diag"][view][k] for r in recs]))
-                                     for k in recs[0]["diag"][view]}
+                        row[view] = {
+                            k: float(np.mean([r["diag"][view][k] for r in recs])) for k in recs[0]["diag"][view]
+                        }
                 rows[f] = row
             agg[d][setting] = rows
     return agg
 
 
-def measure_claims(agg: dict, grid: GridConfig) -> dict:
+def measure_claims(agg: dict, grid: GridConfig | None = None) -> dict:
     """The measured value each claim's check receives (numbers fixed by the rules below)."""
     c1, c2, c3, c4 = {}, {}, {}, {}
     for d, a in agg.items():
@@ -208,22 +220,34 @@ def measure_claims(agg: dict, grid: GridConfig) -> dict:
         fracs = sorted(cil)
         ok = [f for f in fracs if cil[f]["F_dp"]["mean"] <= 5.0]
         f_star = ok[0] if ok else None
-        c1[d] = {"buffer_frac": f_star, "F_dp": cil[f_star]["F_dp"]["mean"] if ok else None,
-                 "F_sh": cil[f_star]["F_sh"]["mean"] if ok else None,
-                 "F_dp_no_replay": cil[0.0]["F_dp"]["mean"] if 0.0 in cil else None}
+        c1[d] = {
+            "buffer_frac": f_star,
+            "F_dp": cil[f_star]["F_dp"]["mean"] if ok else None,
+            "F_sh": cil[f_star]["F_sh"]["mean"] if ok else None,
+            "F_dp_no_replay": cil[0.0]["F_dp"]["mean"] if 0.0 in cil else None,
+        }
         small = [f for f in fracs if 0 < f <= SMALL_BUFFER_MAX and "norm_ratio" in cil[f]]
         if small:
-            c2[d] = {f"{100 * f:g}%": {"all_ranks_deficient": cil[f]["all_ranks_deficient"],
-                                       "norm_ratio": cil[f]["norm_ratio"], "var_ratio": cil[f]["var_ratio"]}
-                     for f in small}
-            c3[d] = {"lda_pop": float(np.mean([cil[f]["lda"]["pop_mu+pop_cov"] for f in small])),
-                     "probe": float(np.mean([cil[f]["probe_old"] for f in small])),
-                     "lda_buffer": float(np.mean([cil[f]["lda"]["buf_mu+buf_cov"] for f in small]))}
+            c2[d] = {
+                f"{100 * f:g}%": {
+                    "all_ranks_deficient": cil[f]["all_ranks_deficient"],
+                    "norm_ratio": cil[f]["norm_ratio"],
+                    "var_ratio": cil[f]["var_ratio"],
+                }
+                for f in small
+            }
+            c3[d] = {
+                "lda_pop": float(np.mean([cil[f]["lda"]["pop_mu+pop_cov"] for f in small])),
+                "probe": float(np.mean([cil[f]["probe_old"] for f in small])),
+                "lda_buffer": float(np.mean([cil[f]["lda"]["buf_mu+buf_cov"] for f in small])),
+            }
         til = a["til"]
         common = [f for f in til if f in cil]
         if common:
-            c4[d] = {"gap_til": float(np.mean([til[f]["F_sh"]["mean"] - til[f]["F_dp"]["mean"] for f in common])),
-                     "gap_cil": float(np.mean([cil[f]["F_sh"]["mean"] - cil[f]["F_dp"]["mean"] for f in common]))}
+            c4[d] = {
+                "gap_til": float(np.mean([til[f]["F_sh"]["mean"] - til[f]["F_dp"]["mean"] for f in common])),
+                "gap_cil": float(np.mean([cil[f]["F_sh"]["mean"] - cil[f]["F_dp"]["mean"] for f in common])),
+            }
     return {"C1": c1, "C2": c2, "C3": c3, "C4": c4}
 
 
@@ -239,13 +263,17 @@ def _check_c1(m: dict) -> bool:
 
 
 def _check_c2(m: dict) -> bool:
-    return bool(m) and all(v["all_ranks_deficient"] and v["norm_ratio"] > 1.05 and v["var_ratio"] < 1.0
-                           for per_buf in m.values() for v in per_buf.values())
+    return bool(m) and all(
+        v["all_ranks_deficient"] and v["norm_ratio"] > 1.05 and v["var_ratio"] < 1.0
+        for per_buf in m.values()
+        for v in per_buf.values()
+    )
 
 
 def _check_c3(m: dict) -> bool:
-    return bool(m) and all(abs(v["lda_pop"] - v["probe"]) <= 2.0 and v["lda_pop"] - v["lda_buffer"] >= 5.0
-                           for v in m.values())
+    return bool(m) and all(
+        abs(v["lda_pop"] - v["probe"]) <= 2.0 and v["lda_pop"] - v["lda_buffer"] >= 5.0 for v in m.values()
+    )
 
 
 def _check_c4(m: dict) -> bool:
@@ -253,25 +281,39 @@ def _check_c4(m: dict) -> bool:
 
 
 CLAIMS = (
-    Claim("C1", "Replay gap (CIL): deep forgetting is ~eliminated by a small buffer while shallow forgetting "
-                "stays large; deep forgetting exists without replay on the synthetic tasks",
-          "F_dp ~0 at ~1-4% replay, F_sh closes only near 100% replay (Fig. 1)",
-          "on each dataset, at the smallest buffer with mean F_dp <= 5 points, mean F_sh >= 20 points; "
-          "on orthogonal-subspaces mean F_dp(buffer 0) >= 10 points", _check_c1),
-    Claim("C2", "Buffer statistics (CIL, buffers <= 8%): rank-deficient buffer covariances, inflated buffer "
-                "class means, smaller buffer within-class variance",
-          "rank Sigma^_c << rank Sigma_c; ||mu^_c|| > ||mu_c|| (Sec. 5, strong collapse)",
-          "for every dataset and every buffer 0 < M <= 8%: seed-mean buffer covariance rank < population rank "
-          "for every old class, mean(||mu^_c|| / ||mu_c||) > 1.05, mean(sigma^2_buf / sigma^2_pop) < 1",
-          _check_c2),
-    Claim("C3", "LDA counterfactual: population statistics recover the probe, buffer statistics do not",
-          "pop/pop ~ probe > buffer mu^ > buffer/buffer (Fig. 6)",
-          "on each dataset, mean over buffers 0 < M <= 8% (old-task test accuracy, points): "
-          "|LDA(pop mu, pop Sigma) - probe| <= 2 and LDA(pop) - LDA(buffer mu, buffer Sigma) >= 5", _check_c3),
-    Claim("C4", "The shallow-minus-deep gap is much smaller with multi-head (TIL) than single-head (CIL) training",
-          "gap large for CIL, much smaller for TIL",
-          "on each dataset, mean over the TIL buffer grid of (F_sh - F_dp) in TIL <= 0.5 x the same in CIL",
-          _check_c4),
+    Claim(
+        "C1",
+        "Replay gap (CIL): deep forgetting is ~eliminated by a small buffer while shallow forgetting "
+        "stays large; deep forgetting exists without replay on the synthetic tasks",
+        "F_dp ~0 at ~1-4% replay, F_sh closes only near 100% replay (Fig. 1)",
+        "on each dataset, at the smallest buffer with mean F_dp <= 5 points, mean F_sh >= 20 points; "
+        "on orthogonal-subspaces mean F_dp(buffer 0) >= 10 points",
+        _check_c1,
+    ),
+    Claim(
+        "C2",
+        "Buffer statistics (CIL, buffers <= 8%): rank-deficient buffer covariances, inflated buffer "
+        "class means, smaller buffer within-class variance",
+        "rank Sigma^_c << rank Sigma_c; ||mu^_c|| > ||mu_c|| (Sec. 5, strong collapse)",
+        "for every dataset and every buffer 0 < M <= 8%: seed-mean buffer covariance rank < population rank "
+        "for every old class, mean(||mu^_c|| / ||mu_c||) > 1.05, mean(sigma^2_buf / sigma^2_pop) < 1",
+        _check_c2,
+    ),
+    Claim(
+        "C3",
+        "LDA counterfactual: population statistics recover the probe, buffer statistics do not",
+        "pop/pop ~ probe > buffer mu^ > buffer/buffer (Fig. 6)",
+        "on each dataset, mean over buffers 0 < M <= 8% (old-task test accuracy, points): "
+        "|LDA(pop mu, pop Sigma) - probe| <= 2 and LDA(pop) - LDA(buffer mu, buffer Sigma) >= 5",
+        _check_c3,
+    ),
+    Claim(
+        "C4",
+        "The shallow-minus-deep gap is much smaller with multi-head (TIL) than single-head (CIL) training",
+        "gap large for CIL, much smaller for TIL",
+        "on each dataset, mean over the TIL buffer grid of (F_sh - F_dp) in TIL <= 0.5 x the same in CIL",
+        _check_c4,
+    ),
 )
 
 
@@ -290,39 +332,103 @@ def tables_for(agg: dict) -> dict[str, str]:
         rows = []
         for f, r in sorted(a["cil"].items()):
             t = a["til"].get(f)
-            rows.append([f"{100 * f:g}%", r["buffer_size"], _pm(r["F_sh"]), _pm(r["F_dp"]),
-                         _pm(t["F_sh"]) if t else "-", _pm(t["F_dp"]) if t else "-"])
+            rows.append(
+                [
+                    f"{100 * f:g}%",
+                    r["buffer_size"],
+                    _pm(r["F_sh"]),
+                    _pm(r["F_dp"]),
+                    _pm(t["F_sh"]) if t else "-",
+                    _pm(t["F_dp"]) if t else "-",
+                ]
+            )
         tables[f"{d}: forgetting vs buffer (points, mean ± std over seeds)"] = markdown_table(
-            ["buffer", "M", "CIL F_sh", "CIL F_dp", "TIL F_sh", "TIL F_dp"], rows)
+            ["buffer", "M", "CIL F_sh", "CIL F_dp", "TIL F_sh", "TIL F_dp"], rows
+        )
         rows = []
         for f, r in sorted(a["cil"].items()):
             if "norm_ratio" not in r:
                 continue
             ranks = f"{np.mean(r['rank_buf']):.1f} / {np.mean(r['rank_pop']):.1f}"
-            rows.append([f"{100 * f:g}%", r["buffer_size"], ranks,
-                         r["all_ranks_deficient"], r["norm_ratio"], r["null_norm_ratio"], r["var_ratio"], r["shift"]])
+            rows.append(
+                [
+                    f"{100 * f:g}%",
+                    r["buffer_size"],
+                    ranks,
+                    r["all_ranks_deficient"],
+                    r["norm_ratio"],
+                    r["null_norm_ratio"],
+                    r["var_ratio"],
+                    r["shift"],
+                ]
+            )
         if rows:
             tables[f"{d}: buffer vs population, old classes (CIL, seed means)"] = markdown_table(
-                ["buffer", "M", "rank buf / pop", "all deficient", "‖μ̂‖/‖μ‖", "random-subset ‖μ‖ ratio",
-                 "σ²_buf/σ²_pop", "‖μ̂-μ‖"], rows)
-            rows = [[f"{100 * f:g}%", *[r["lda"][k] for k in r["lda"]], r["lda_pinv"]["buf_mu+buf_cov"],
-                     r["own_head_old"], r["probe_old"], r["probe_buffer_old"]]
-                    for f, r in sorted(a["cil"].items()) if "lda" in r]
+                [
+                    "buffer",
+                    "M",
+                    "rank buf / pop",
+                    "all deficient",
+                    "‖μ̂‖/‖μ‖",
+                    "random-subset ‖μ‖ ratio",
+                    "σ²_buf/σ²_pop",
+                    "‖μ̂-μ‖",
+                ],
+                rows,
+            )
+            rows = [
+                [
+                    f"{100 * f:g}%",
+                    *[r["lda"][k] for k in r["lda"]],
+                    r["lda_pinv"]["buf_mu+buf_cov"],
+                    r["own_head_old"],
+                    r["probe_old"],
+                    r["probe_buffer_old"],
+                ]
+                for f, r in sorted(a["cil"].items())
+                if "lda" in r
+            ]
             keys = list(next(r for r in a["cil"].values() if "lda" in r)["lda"])
             tables[f"{d}: LDA counterfactual, old-task test accuracy (CIL, %, seed means)"] = markdown_table(
-                ["buffer", *keys, "buf/buf (pinv)", "own head", "probe", "probe on buffer"], rows)
+                ["buffer", *keys, "buf/buf (pinv)", "own head", "probe", "probe on buffer"], rows
+            )
             rows = []
             for f, r in sorted(a["cil"].items()):
                 if "nc_train" not in r:
                     continue
                 for view in ("nc_train", "nc_buffer_view"):
                     v = r[view]
-                    rows.append([f"{100 * f:g}%", "population" if view == "nc_train" else "buffer view", v["nc1"],
-                                 v["within_var"], v["nc2_within_offdiag"], v["nc2_between_offdiag"], v["nc3"],
-                                 v["beta"], v["rank_means"], v["snr"], v["mean_norm"]])
+                    rows.append(
+                        [
+                            f"{100 * f:g}%",
+                            "population" if view == "nc_train" else "buffer view",
+                            v["nc1"],
+                            v["within_var"],
+                            v["nc2_within_offdiag"],
+                            v["nc2_between_offdiag"],
+                            v["nc3"],
+                            v["beta"],
+                            v["rank_means"],
+                            v["snr"],
+                            v["mean_norm"],
+                        ]
+                    )
             tables[f"{d}: Neural Collapse at the end of training (CIL, seed means)"] = markdown_table(
-                ["buffer", "features", "NC1", "mean σ²_c", "NC2 within", "NC2 between", "NC3", "β", "rank Ũ",
-                 "SNR", "mean ‖μ_c‖"], rows)
+                [
+                    "buffer",
+                    "features",
+                    "NC1",
+                    "mean σ²_c",
+                    "NC2 within",
+                    "NC2 between",
+                    "NC3",
+                    "β",
+                    "rank Ũ",
+                    "SNR",
+                    "mean ‖μ_c‖",
+                ],
+                rows,
+            )
     return tables
 
 
@@ -372,62 +478,51 @@ def plot_buffer_stats(path, agg: dict) -> None:
     save_fig(fig, path)
 
 
-def _grid_from_options(ctx: RunContext, base: GridConfig) -> GridConfig:
-    """``--set epochs=.. d_feat=.. buffer_fracs=0,0.01,..`` overrides (validated)."""
-    kw = {}
-    try:
-        if ctx.option("epochs") is not None:
-            kw["epochs"] = int(ctx.option("epochs"))
-        if ctx.option("d_feat") is not None:
-            kw["d_feat"] = int(ctx.option("d_feat"))
-        if ctx.option("weight_decay") is not None:
-            kw["weight_decay"] = float(ctx.option("weight_decay"))
-        if ctx.option("buffer_fracs") is not None:
-            kw["buffer_fracs"] = tuple(float(v) for v in ctx.option("buffer_fracs").split(","))
-        if ctx.option("til_fracs") is not None:
-            kw["til_fracs"] = tuple(float(v) for v in ctx.option("til_fracs").split(","))
-    except ValueError as exc:
-        raise ExperimentError(f"bad --set value: {exc}") from None
-    grid = replace(base, **kw)
-    if any(not 0 <= f <= 1 for f in grid.buffer_fracs + grid.til_fracs):
-        raise ExperimentError("buffer fractions must lie in [0, 1]")
-    if not set(grid.til_fracs) <= set(grid.buffer_fracs):
-        raise ExperimentError("til_fracs must be a subset of buffer_fracs")
-    if 0.0 not in grid.buffer_fracs:
-        raise ExperimentError("buffer_fracs must include 0 (the no-replay run)")
-    return grid
-
-
 def run(ctx: RunContext) -> RunOutput:
+    cfg: RunConfig = ctx.cfg if ctx.cfg is not None else config_for(ctx.scale)
+    if cfg.train.buffer_size != 0 or cfg.train.setting != "cil":
+        raise ExperimentError(
+            "train.setting and train.buffer_size are set per grid cell; use grid.buffer_fracs / grid.til_fracs"
+        )
     if ctx.scale == "paper":
         from .paper import run_paper
 
-        return run_paper(ctx)
-    grid = _grid_from_options(ctx, SMOKE if ctx.scale == "smoke" else SMALL)
-    workers = int(ctx.option("workers", "1" if ctx.scale == "smoke" else "2"))
-    results = run_grid(ctx, grid, workers)
+        return run_paper(ctx, cfg)
+    unknown = [d for d in cfg.grid.datasets if d not in DATASETS]
+    if unknown or not cfg.grid.datasets:
+        raise ExperimentError(f"grid.datasets: unknown {unknown}; valid: {', '.join(DATASETS)}")
+    grid = cfg.grid
+    results = run_grid(ctx, cfg)
     agg = aggregate(results, grid, ctx.seeds)
     measured = measure_claims(agg, grid)
     plot_forgetting(ctx.figure_path("forgetting_vs_buffer"), agg)
     plot_buffer_stats(ctx.figure_path("buffer_statistics"), agg)
     per_seed = {f"{d}/{st}/{100 * f:g}%/seed{s}": r for (d, st, f, s), r in results.items()}
-    notes = [f"grid: {asdict(grid)}", f"workers: {workers}",
-             "forgetting in points (accuracy x 100); A*: LogisticRegression(C=10) probe on clean train features",
-             "M=round(f*N_train); balanced buffer (official er_balanced); TIL uses one 2-unit head per task"]
-    if grid.epochs != 100:
-        notes.append(f"epochs per task: {grid.epochs} (spec: 100)")
-    return RunOutput(metrics={"grid": asdict(grid), "aggregate": {d: {st: {f"{100 * f:g}%": r for f, r in rows.items()}
-                                                                        for st, rows in a.items()}
-                                                                    for d, a in agg.items()},
-                              "runs": per_seed},
-                     measured=measured, tables=tables_for(agg), notes=notes)
+    notes = [
+        f"forgetting reference: {cfg.eval.forgetting_ref} (F_sh_max / F_dp_max per run: Mammoth's max_k A_kj)",
+        "forgetting in points (accuracy x 100); A*: LogisticRegression(C=10) probe on clean train features",
+        "M=round(f*N_train); balanced buffer (official er_balanced); TIL uses one head per task",
+    ]
+    return RunOutput(
+        metrics={
+            "config": config_to_dict(cfg),
+            "aggregate": {
+                d: {st: {f"{100 * f:g}%": r for f, r in rows.items()} for st, rows in a.items()} for d, a in agg.items()
+            },
+            "runs": per_seed,
+        },
+        measured=measured,
+        tables=tables_for(agg),
+        notes=notes,
+    )
 
 
 EXPERIMENT = Experiment(
     slug="forgetting",
     title="Heads collapse, features stay: Why Replay needs big buffers "
-          "(v1: Asymptotic analysis of shallow and deep forgetting in replay with Neural Collapse)",
+    "(v1: Asymptotic analysis of shallow and deep forgetting in replay with Neural Collapse)",
     arxiv="2512.07400",
     claims=CLAIMS,
     run=run,
+    config=config_for,
 )

@@ -21,8 +21,9 @@ import numpy as np
 from .neural_collapse import class_covariance
 
 
-def lda_fit(means: np.ndarray, cov: np.ndarray | None, ridge: float = 1e-2,
-            inverse: str = "ridge") -> tuple[np.ndarray, np.ndarray]:
+def lda_fit(
+    means: np.ndarray, cov: np.ndarray | None, ridge: float = 1e-2, inverse: str = "ridge"
+) -> tuple[np.ndarray, np.ndarray]:
     """(W (C, d), b (C,)) of the LDA rule; ``inverse`` in {"ridge", "pinv"}; ``cov=None`` means Sigma = I."""
     means = np.asarray(means, dtype=np.float64)
     d = means.shape[1]
@@ -54,9 +55,17 @@ def gaussian_stats(z: np.ndarray, y: np.ndarray, classes) -> tuple[np.ndarray, n
     return means, cov
 
 
-def lda_counterfactuals(z_pop: np.ndarray, y_pop: np.ndarray, z_seen: np.ndarray, y_seen: np.ndarray,
-                        z_test: np.ndarray, y_test: np.ndarray, classes, ridge: float = 1e-2,
-                        inverse: str = "ridge") -> dict[str, float]:
+def lda_counterfactuals(
+    z_pop: np.ndarray,
+    y_pop: np.ndarray,
+    z_seen: np.ndarray,
+    y_seen: np.ndarray,
+    z_test: np.ndarray,
+    y_test: np.ndarray,
+    classes,
+    ridge: float = 1e-2,
+    inverse: str = "ridge",
+) -> dict[str, float]:
     """Test accuracy of LDA with each combination of plug-in statistics.
 
     z_pop, y_pop: population (full training set) features of all ``classes``.

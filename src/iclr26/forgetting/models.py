@@ -61,7 +61,7 @@ class ResNet18Features(nn.Module):
         self.bn1 = nn.BatchNorm2d(nf)
         layers, in_planes = [], nf
         for i, n in enumerate(blocks):
-            planes = nf * 2 ** i
+            planes = nf * 2**i
             for j in range(n):
                 layers.append(BasicBlock(in_planes, planes, stride=2 if (i > 0 and j == 0) else 1))
                 in_planes = planes

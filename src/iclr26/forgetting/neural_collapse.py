@@ -49,11 +49,11 @@ def class_covariance(zc: np.ndarray) -> np.ndarray:
 
 def numerical_rank(cov: np.ndarray, rtol: float = 1e-6) -> int:
     """Number of eigenvalues of a symmetric PSD matrix above ``rtol * ||cov||_2`` (0 for the zero matrix)."""
-    ev = np.linalg.eigvalsh(np.asarray(cov, dtype=np.float64))
-    top = ev.max(initial=0.0)
+    cov = np.asarray(cov, dtype=np.float64)
+    top = float(np.linalg.norm(cov, 2)) if cov.size else 0.0
     if top <= 0:
         return 0
-    return int((ev > rtol * top).sum())
+    return int(np.linalg.matrix_rank(cov, tol=rtol * top, hermitian=True))
 
 
 def centre_means(means: np.ndarray, groups: list[list[int]] | None) -> np.ndarray:
@@ -67,8 +67,15 @@ def centre_means(means: np.ndarray, groups: list[list[int]] | None) -> np.ndarra
     return out
 
 
-def nc_metrics(z: np.ndarray, y: np.ndarray, classes, head_weight: np.ndarray | None = None,
-               task_groups: list[list[int]] | None = None, setting: str = "cil", rtol: float = 1e-6) -> dict:
+def nc_metrics(
+    z: np.ndarray,
+    y: np.ndarray,
+    classes,
+    head_weight: np.ndarray | None = None,
+    task_groups: list[list[int]] | None = None,
+    setting: str = "cil",
+    rtol: float = 1e-6,
+) -> dict:
     """NC1-NC3, beta, rank(U~), SNR and mean class-mean norm for the given classes.
 
     classes: the class labels to use (rows of the returned statistics follow this order).
@@ -107,7 +114,7 @@ def nc_metrics(z: np.ndarray, y: np.ndarray, classes, head_weight: np.ndarray | 
         "nc2_within_offdiag": float(within.mean()) if within.size else float("nan"),
         "nc2_within_offdiag_var": float(within.var()) if within.size else float("nan"),
         "nc2_between_offdiag": float(between.mean()) if between.size else float("nan"),
-        "beta": float((norms ** 2).mean()),
+        "beta": float((norms**2).mean()),
         "rank_means": int(np.linalg.matrix_rank(u, tol=rtol * max(np.linalg.norm(u, 2), 1e-300))) if norms.any() else 0,
         "snr": float(np.mean(snr)) if snr else float("nan"),
         "mean_norm": float(np.linalg.norm(means, axis=1).mean()),
@@ -133,16 +140,36 @@ def projection_norms(z: np.ndarray, projector: np.ndarray) -> tuple[float, float
     return float(np.linalg.norm(pz, axis=1).mean()), float(np.linalg.norm(z - pz, axis=1).mean())
 
 
-def buffer_population_stats(z_pop: np.ndarray, y_pop: np.ndarray, z_buf: np.ndarray, y_buf: np.ndarray, classes,
-                            rtol: float = 1e-6, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+def buffer_population_stats(
+    z_pop: np.ndarray,
+    y_pop: np.ndarray,
+    z_buf: np.ndarray,
+    y_buf: np.ndarray,
+    classes,
+    rtol: float = 1e-6,
+    rng: np.random.Generator | None = None,
+) -> dict[str, np.ndarray]:
     """Per class (in ``classes`` order): buffer vs population sigma^2_c, rank Sigma_c, ||mu_c||, mean shift.
 
     ``null_norm``: ||mean|| of a uniformly random population subset of the buffer's size (given ``rng``),
     the norm inflation expected from sampling alone (E||mu^_c|| >= ||mu_c|| by Jensen).
     """
     z_pop, z_buf = np.asarray(z_pop, dtype=np.float64), np.asarray(z_buf, dtype=np.float64)
-    out: dict[str, list] = {k: [] for k in ("n_buf", "n_pop", "var_pop", "var_buf", "rank_pop", "rank_buf", "norm_pop",
-                                            "norm_buf", "shift", "null_norm")}
+    out: dict[str, list] = {
+        k: []
+        for k in (
+            "n_buf",
+            "n_pop",
+            "var_pop",
+            "var_buf",
+            "rank_pop",
+            "rank_buf",
+            "norm_pop",
+            "norm_buf",
+            "shift",
+            "null_norm",
+        )
+    }
     for c in classes:
         zp, zb = z_pop[np.asarray(y_pop) == c], z_buf[np.asarray(y_buf) == c]
         if len(zp) == 0 or len(zb) == 0:

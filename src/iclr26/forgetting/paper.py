@@ -1,77 +1,80 @@
 """Paper scale: the same training and diagnostics on a local dataset with a larger backbone.
 
-Data (``--set data=PATH``, nothing is downloaded):
+Data (``--set data.path=PATH``, nothing is downloaded):
 
-* an image folder ``PATH/{train,test}/<class>/*.png`` (e.g. CIFAR-100 exported to PNG: 100 class
-  folders, split into ``n_tasks=10`` tasks of 10 classes, class order permuted by the seed), trained
-  with the package's CIFAR ResNet-18 and random-crop + flip augmentation of stream and replay;
-* a ``.npz`` file (``x_train, y_train, x_test, y_test``; split into ``n_tasks``) or a folder of
+* CIFAR-10 / CIFAR-100 as distributed (``PATH/cifar-100-python/{train,test}`` or
+  ``PATH/cifar-10-batches-py/data_batch_1..5, test_batch``), read through torchvision's dataset
+  classes with download off (or the same pickle files directly when torchvision is not importable),
+  split into ``data.n_tasks=10`` tasks with the class order permuted by the seed, trained with the
+  package's CIFAR ResNet-18 and random-crop + flip augmentation of stream and replay;
+* an image folder ``PATH/{train,test}/<class>/*.png``, handled the same way;
+* a ``.npz`` file (``x_train, y_train, x_test, y_test``; split into ``data.n_tasks``) or a folder of
   ``task*.npz`` files (one per task), e.g. pre-extracted features, trained with the MLP.
 
-Defaults are the official code's Seq-CIFAR-100 ER run: 10 tasks, 50 epochs/task, batch 32 +
-replay 32, SGD lr 0.1, momentum 0, weight decay 0, class-balanced buffer.
+Defaults (``config_for("paper")``) are the official code's Seq-CIFAR-100 ER run: 10 tasks, 50
+epochs/task, batch 32 + replay 32, SGD lr 0.1, momentum 0, weight decay 0, class-balanced buffer;
+buffers 0, 1, 5, 10% of the training set (500, 2500, 5000 samples on CIFAR-100).
 
-One process: ``iclr26 run forgetting --scale paper --set data=/data/cifar100_png --set device=cuda``.
+One process: ``iclr26 run forgetting --scale paper --set data.path=/data/cifar100 --set device=cuda``.
 Several GPUs (DDP through ``core.train.fit``; every rank plans identical batches, takes its share of
 each global batch, rank 0 evaluates and writes the run folder)::
 
-    torchrun --nproc_per_node=4 -m iclr26.forgetting.paper --set data=/data/cifar100_png --set device=cuda
+    torchrun --nproc_per_node=4 -m iclr26.forgetting.paper --set data.path=/data/cifar100 --set device=cuda
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from iclr26.core.config import config_to_dict
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 
-from .data import ContinualData, load_image_folder, load_npz_tasks
+from .config import RunConfig
+from .data import ContinualData, find_cifar, load_cifar, load_image_folder, load_npz_tasks
 from .models import MLPFeatures, ResNet18Features
 
 
 def random_crop_flip(x: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """CIFAR augmentation: zero-pad by ``pad``, random crop back to HxW, random horizontal flip."""
-    n, _, h, w = x.shape
+    """CIFAR augmentation on a batch, every image with its own draw (Mammoth: RandomCrop(32, padding=4)
+    + RandomHorizontalFlip): zero-pad by ``pad``, crop back to HxW at a random offset, flip with p = 1/2.
+
+    One gather for the whole batch: out[n, c, i, j] = xp[n, c, dy_n + i, dx_n + (W-1-j if flip_n else j)].
+    """
+    n, c, h, w = x.shape
     xp = torch.nn.functional.pad(x, (pad, pad, pad, pad))
     dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
     dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
     flip = torch.rand(n, generator=gen) < 0.5
-    out = torch.empty_like(x)
-    for i in range(n):
-        crop = xp[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w]
-        out[i] = crop.flip(-1) if flip[i] else crop
-    return out
+    rows = dy[:, None] + torch.arange(h)[None, :]  # (n, h)
+    j = torch.arange(w)[None, :]
+    cols = dx[:, None] + torch.where(flip[:, None], w - 1 - j, j)  # (n, w)
+    return xp[
+        torch.arange(n)[:, None, None, None],
+        torch.arange(c)[None, :, None, None],
+        rows[:, None, :, None],
+        cols[:, None, None, :],
+    ]
 
 
-def _int(ctx: RunContext, key: str, default: int) -> int:
+def load_paper_data(cfg: RunConfig, path: Path, seed: int) -> tuple[ContinualData, bool]:
+    """(data, is_images) from ``cfg.data`` (format "auto": CIFAR layout, image folder, else .npz)."""
+    d = cfg.data
+    fmt = d.format
+    if fmt == "auto":
+        fmt = "cifar" if find_cifar(path) else "image_folder" if (path / "train").is_dir() else "npz"
     try:
-        return int(ctx.option(key, str(default)))
-    except ValueError:
-        raise ExperimentError(f"--set {key}={ctx.option(key)}: expected an integer") from None
-
-
-def _float(ctx: RunContext, key: str, default: float) -> float:
-    try:
-        return float(ctx.option(key, str(default)))
-    except ValueError:
-        raise ExperimentError(f"--set {key}={ctx.option(key)}: expected a number") from None
-
-
-def load_paper_data(ctx: RunContext, seed: int) -> tuple[ContinualData, bool]:
-    """(data, is_images) from ``--set data=PATH``."""
-    path = ctx.local_path("data")
-    n_tasks = _int(ctx, "n_tasks", 10)
-    try:
-        if path.is_dir() and (path / "train").is_dir():
-            size = ctx.option("image_size")
-            return load_image_folder(path, n_tasks, seed=seed, image_size=int(size) if size else None), True
-        return load_npz_tasks(path, n_tasks=n_tasks, seed=seed, permute_classes=True), False
+        if fmt == "cifar":
+            return load_cifar(path, d.n_tasks, seed=seed), True
+        if fmt == "image_folder":
+            return load_image_folder(path, d.n_tasks, seed=seed, image_size=d.image_size), True
+        return load_npz_tasks(path, n_tasks=d.n_tasks, seed=seed, permute_classes=True), False
     except ValueError as exc:
-        raise ExperimentError(f"--set data={path}: {exc}") from None
+        raise ExperimentError(f"--set data.path={path}: {exc}") from None
 
 
 def _device(ctx: RunContext) -> str:
@@ -82,62 +85,61 @@ def _device(ctx: RunContext) -> str:
     return dev
 
 
-def run_paper(ctx: RunContext) -> RunOutput:
-    from .experiment import GridConfig, aggregate, measure_claims, one_run, plot_forgetting, tables_for
+def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
+    from .experiment import aggregate, measure_claims, one_run, plot_forgetting, tables_for
 
-    buffers = [int(b) for b in str(ctx.option("buffers", "0,500,2500,5000")).split(",")]
-    settings = [s.strip() for s in str(ctx.option("settings", "cil")).split(",")]
-    if any(s not in ("cil", "til") for s in settings):
-        raise ExperimentError(f"--set settings={ctx.option('settings')}: use cil and/or til")
-    if 0 not in buffers or any(b < 0 for b in buffers):
-        raise ExperimentError("--set buffers=...: non-negative sizes including 0 (the no-replay run)")
-    backbone = ctx.option("backbone")
+    path = ctx.require_path("data.path")
     device = _device(ctx)
-    er = dict(batch_size=_int(ctx, "batch_size", 32), minibatch_size=_int(ctx, "minibatch_size", 32))
-    results, grid, data_name = {}, None, None
+    results, data_name = {}, None
     for seed in ctx.seeds:
-        data, images = load_paper_data(ctx, seed)
+        data, images = load_paper_data(cfg, path, seed)
         data_name = data.name
-        bb = backbone or ("resnet18" if images else "mlp")
-        if bb not in ("resnet18", "mlp"):
-            raise ExperimentError(f"--set backbone={bb}: use resnet18 or mlp")
+        bb = cfg.model.backbone if cfg.model.backbone != "auto" else ("resnet18" if images else "mlp")
         if bb == "resnet18" and data.x_train.ndim != 4:
-            raise ExperimentError("backbone resnet18 needs images (N, C, H, W)")
-        n_train = len(data.y_train)
-        fracs = tuple(sorted({b / n_train for b in buffers if b <= n_train} | {0.0}))
-        grid = GridConfig(datasets=(data.name,), buffer_fracs=fracs,
-                          til_fracs=fracs if "til" in settings else (), epochs=_int(ctx, "epochs", 50),
-                          d_feat=_int(ctx, "d_feat", 32), lr=_float(ctx, "lr", 0.1),
-                          momentum=_float(ctx, "momentum", 0.0), weight_decay=_float(ctx, "weight_decay", 0.0),
-                          probe_C=_float(ctx, "probe_C", 10.0))
-        nf = _int(ctx, "nf", 64)
-        in_ch = int(data.x_train.shape[1])
-        in_dim = int(np.prod(data.x_train.shape[1:]))
+            raise ExperimentError("model.backbone=resnet18 needs images (N, C, H, W)")
+        in_ch, in_dim = int(data.x_train.shape[1]), int(np.prod(data.x_train.shape[1:]))
         if bb == "resnet18":
-            def make(nf=nf, in_ch=in_ch):
+
+            def make(nf=cfg.model.nf, in_ch=in_ch):
                 return ResNet18Features(in_ch, nf)
         else:
-            def make(in_dim=in_dim, g=grid):
-                return MLPFeatures(in_dim, g.hidden, g.d_feat)
-        augment = random_crop_flip if (images and ctx.option("augment", "1") == "1") else None
-        for setting in settings:
-            for f in fracs:
-                results[(data.name, setting, f, seed)] = one_run(
-                    data, setting, f, seed, grid, device, make_features=make, er_overrides=er, augment=augment,
-                    probe_backend=str(ctx.option("probe", "sklearn")), progress=ctx.show_progress)
+
+            def make(in_dim=in_dim, m=cfg.model):
+                return MLPFeatures(in_dim, m.hidden, m.d_feat)
+
+        augment = random_crop_flip if (images and cfg.data.augment) else None
+        cells = [("cil", f) for f in cfg.grid.buffer_fracs] + [("til", f) for f in cfg.grid.til_fracs]
+        for setting, f in cells:
+            series = f"{data.name}/{setting}/{100 * f:g}%/seed{seed}"
+            results[(data.name, setting, f, seed)] = one_run(
+                data,
+                setting,
+                f,
+                seed,
+                cfg,
+                device,
+                make_features=make,
+                augment=augment,
+                progress=ctx.show_progress,
+                log=ctx.logger(series),
+            )
     if any("F_sh" not in r for r in results.values()):  # non-zero torchrun rank
         return RunOutput(metrics={}, measured={})
-    if "til" not in settings:
-        grid = replace(grid, til_fracs=())
+    grid = replace(cfg.grid, datasets=(data_name,))
     agg = aggregate(results, grid, ctx.seeds, datasets=(data_name,))
     measured = measure_claims(agg, grid)
     plot_forgetting(ctx.figure_path("forgetting_vs_buffer"), agg)
     per_seed = {f"{d}/{st}/{r['buffer_size']}/seed{s}": r for (d, st, f, s), r in results.items()}
-    return RunOutput(metrics={"grid": asdict(grid), "options": dict(ctx.options), "runs": per_seed,
-                              "aggregate": {st: {str(r["buffer_size"]): r for r in rows.values()}
-                                            for st, rows in agg[data_name].items()}},
-                     measured=measured, tables=tables_for(agg),
-                     notes=[f"paper scale on {ctx.option('data')}", f"grid: {asdict(grid)}", f"ER overrides: {er}"])
+    return RunOutput(
+        metrics={
+            "config": config_to_dict(cfg),
+            "runs": per_seed,
+            "aggregate": {st: {str(r["buffer_size"]): r for r in rows.values()} for st, rows in agg[data_name].items()},
+        },
+        measured=measured,
+        tables=tables_for(agg),
+        notes=[f"paper scale on {path} ({data_name})"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    from iclr26.core.experiment import run_experiment
+    from iclr26.core.experiment import resolve_config, run_experiment
     from iclr26.core.train import setup_distributed
 
     from .experiment import EXPERIMENT
@@ -157,15 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0")
     p.add_argument("--out", default="runs")
     args = p.parse_args(argv)
+    bad = [kv for kv in args.sets if "=" not in kv]
+    if bad:
+        p.error(f"--set expects KEY=VALUE, got {bad[0]!r}")
     options = dict(kv.split("=", 1) for kv in args.sets)
     seeds = tuple(int(s) for s in args.seeds.split(","))
+    cfg = resolve_config(EXPERIMENT, "paper", options)  # a bad key fails here, on every rank, before training
     rank, _ = setup_distributed()
     if rank == 0:
         rec = run_experiment(EXPERIMENT, "paper", seeds, out_root=args.out, options=options, show_progress=True)
         print(rec.out_dir)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            ctx = RunContext("paper", seeds, Path(tmp), options, options.get("device", "cpu"), False)
+            ctx = RunContext("paper", seeds, Path(tmp), options, options.get("device", "cpu"), False, cfg=cfg)
             EXPERIMENT.run(ctx)
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -5,10 +5,16 @@
   features phi_i. Official choice (CIL): one multinomial logistic regression over all seen classes,
   fit on the full training sets of tasks <= i, ``LogisticRegression(C=10, max_iter=5000)``; TIL:
   one probe per task.
-* Shallow forgetting F_sh^{i->j} = A_jj - A_ij; deep forgetting F_dp^{i->j} = A*_jj - A*_ij.
-  The reported number is the mean over the old tasks j < T at the final session i = T:
+* Shallow forgetting F_sh^{i->j} = A_jj - A_ij; deep forgetting F_dp^{i->j} = A*_jj - A*_ij
+  (the paper's definition). The reported number is the mean over the old tasks j < T at the final
+  session i = T:
 
-      F = 1/(T-1) * sum_{j<T} (A_jj - A_Tj)
+      F = 1/(T-1) * sum_{j<T} (A_jj - A_Tj)                 reference="diagonal" (paper, default)
+      F = 1/(T-1) * sum_{j<T} (max_{k<=T} A_kj - A_Tj)      reference="max" (Mammoth's logger,
+                                                              ``utils/metrics.py::forgetting``)
+
+  The two differ when accuracy on task j rises after it was learned (e.g. the CIL probe of a later
+  session, or replay that improves an old task).
 """
 
 from __future__ import annotations
@@ -27,8 +33,14 @@ class LinearProbe:
     blas_threads: BLAS threads for the sklearn backend (None: library default).
     """
 
-    def __init__(self, C: float = 10.0, max_iter: int = 5000, backend: str = "sklearn", device: str = "cpu",
-                 blas_threads: int | None = 1):
+    def __init__(
+        self,
+        C: float = 10.0,
+        max_iter: int = 5000,
+        backend: str = "sklearn",
+        device: str = "cpu",
+        blas_threads: int | None = 1,
+    ):
         if C <= 0:
             raise ValueError(f"probe C must be > 0, got {C}")
         if backend not in ("sklearn", "torch"):
@@ -64,8 +76,15 @@ class LinearProbe:
         yt = torch.as_tensor(np.searchsorted(self.classes_, y), device=self.device)
         w = torch.zeros(zt.shape[1], len(self.classes_), dtype=torch.float64, device=self.device, requires_grad=True)
         b = torch.zeros(len(self.classes_), dtype=torch.float64, device=self.device, requires_grad=True)
-        opt = torch.optim.LBFGS([w, b], lr=1, max_iter=self.max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
-                                history_size=20, line_search_fn="strong_wolfe")
+        opt = torch.optim.LBFGS(
+            [w, b],
+            lr=1,
+            max_iter=self.max_iter,
+            tolerance_grad=1e-7,
+            tolerance_change=1e-10,
+            history_size=20,
+            line_search_fn="strong_wolfe",
+        )
 
         def closure():
             opt.zero_grad()
@@ -90,11 +109,17 @@ class LinearProbe:
         return float((self.predict(z) == np.asarray(y)).mean())
 
 
-def forgetting(acc: np.ndarray, final: int | None = None) -> float:
-    """F = mean_{j < i} (A_jj - A_ij) at session ``i = final`` (default: the last row), in the matrix's units.
+FORGETTING_REFERENCES = ("diagonal", "max")
+
+
+def forgetting(acc: np.ndarray, final: int | None = None, reference: str = "diagonal") -> float:
+    """F = mean_{j < i} (ref_j - A_ij) at session ``i = final`` (default: the last row), in the matrix's units.
 
     ``acc[i, j]``: accuracy on task j after session i (entries j > i are ignored).
+    reference: "diagonal" (paper): ref_j = A_jj; "max" (Mammoth logger): ref_j = max_{j<=k<=i} A_kj.
     """
+    if reference not in FORGETTING_REFERENCES:
+        raise ValueError(f"unknown forgetting reference '{reference}'; valid: {', '.join(FORGETTING_REFERENCES)}")
     acc = np.asarray(acc, dtype=float)
     if acc.ndim != 2 or acc.shape[0] != acc.shape[1]:
         raise ValueError(f"accuracy matrix must be square (T x T), got shape {acc.shape}")
@@ -102,7 +127,11 @@ def forgetting(acc: np.ndarray, final: int | None = None) -> float:
     if i < 1:
         raise ValueError("forgetting needs at least two sessions")
     j = np.arange(i)
-    vals = acc[j, j] - acc[i, j]
+    if reference == "diagonal":
+        ref = acc[j, j]
+    else:  # max over the sessions k = j..i (Mammoth pads unseen entries with 0, which never win the max)
+        ref = np.array([np.max(acc[jj : i + 1, jj]) for jj in j])
+    vals = ref - acc[i, j]
     if not np.all(np.isfinite(vals)):
         raise ValueError("accuracy matrix has missing entries on the diagonal or final row")
     return float(vals.mean())

@@ -5,8 +5,9 @@ Protocol (official ``er_balanced``, spec section 3.2), with ``overall = batch_si
 * task 0 (buffer empty): plain SGD on stream batches of ``batch_size``;
 * task t >= 1 (buffer non-empty, balanced policy): each step uses ``overall // (t+1)`` stream samples
   and ``overall - overall // (t+1)`` replayed samples (``min(., len(buffer))``), so every seen task
-  gets about an equal share of the batch; the number of steps of every later task is capped at task
-  0's step count;
+  gets about an equal share of the batch; every later task runs at most task 0's step count + 1
+  steps (the official guard ``if first_task_iterations < current_task_iterations: return`` runs
+  the step that makes the counts equal, so one more than task 0);
 * the loss is CE over the concatenated batch. CIL: logits of all output units; TIL: each sample's
   logits restricted to its own task's head;
 * ``end_task``: the balanced buffer is rebuilt (see :mod:`.buffer`).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -53,12 +55,12 @@ class ERConfig:
     momentum: SGD momentum (official default: 0).
     weight_decay: SGD L2 weight decay lambda (official CLI default: 0; the theory needs lambda > 0).
     equal_share: balanced policy: split the overall batch equally over the seen tasks (official).
-    cap_steps: balanced policy: cap every later task at task 0's number of steps (official).
+    cap_steps: balanced policy: cap every later task at task 0's number of steps + 1 (official guard).
     """
 
-    setting: str = "cil"
+    setting: Literal["cil", "til"] = "cil"
     buffer_size: int = 0
-    buffer_policy: str = "balanced"
+    buffer_policy: Literal["balanced", "reservoir"] = "balanced"
     epochs: int = 50
     batch_size: int = 32
     minibatch_size: int = 32
@@ -74,8 +76,10 @@ class ERConfig:
         if self.buffer_policy not in ("balanced", "reservoir"):
             raise ValueError(f"buffer_policy must be 'balanced' or 'reservoir', got '{self.buffer_policy}'")
         if self.buffer_size < 0 or self.epochs < 1 or self.batch_size < 1 or self.minibatch_size < 0:
-            raise ValueError(f"bad ERConfig sizes: buffer={self.buffer_size}, epochs={self.epochs}, "
-                             f"batch={self.batch_size}, minibatch={self.minibatch_size}")
+            raise ValueError(
+                f"bad ERConfig sizes: buffer={self.buffer_size}, epochs={self.epochs}, "
+                f"batch={self.batch_size}, minibatch={self.minibatch_size}"
+            )
         if self.lr <= 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
             raise ValueError(f"bad ERConfig optimiser: lr={self.lr}, momentum={self.momentum}, wd={self.weight_decay}")
 
@@ -96,21 +100,32 @@ def stream_batches(n: int, batch: int, epochs: int, rng: np.random.Generator) ->
     out = []
     for _ in range(epochs):
         perm = rng.permutation(n)
-        out += [perm[k:k + batch] for k in range(0, n, batch)]
+        out += [perm[k : k + batch] for k in range(0, n, batch)]
     return out
 
 
-def plan_task(data: ContinualData, task: int, buffer: ReplayBuffer, cfg: ERConfig, rng: np.random.Generator,
-              first_task_steps: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
+def plan_task(
+    data: ContinualData,
+    task: int,
+    buffer: ReplayBuffer,
+    cfg: ERConfig,
+    rng: np.random.Generator,
+    first_task_steps: int | None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (stream indices, replay indices) of every step of ``task``. Updates an online (reservoir) buffer."""
     idx = data.task_indices(task)
     stream_bs, _ = batch_split(cfg, task, len(buffer))
     if cfg.buffer_policy == "reservoir" and cfg.buffer_size > 0:
         stream_bs = cfg.batch_size
     batches = stream_batches(len(idx), stream_bs, cfg.epochs, rng)
-    if (cfg.cap_steps and cfg.buffer_policy == "balanced" and task > 0 and not buffer.is_empty()
-            and first_task_steps is not None):
-        batches = batches[:first_task_steps]
+    if (
+        cfg.cap_steps
+        and cfg.buffer_policy == "balanced"
+        and task > 0
+        and not buffer.is_empty()
+        and first_task_steps is not None
+    ):
+        batches = batches[: first_task_steps + 1]  # official guard: one step more than task 0
     plan = []
     y_all = data.y_train.numpy()
     for b in batches:
@@ -132,14 +147,15 @@ def er_loss(net: ContinualNet, model: torch.nn.Module, batch, setting: str) -> t
 
 
 @torch.no_grad()
-def extract(net: ContinualNet, x: torch.Tensor, device: str = "cpu",
-            chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+def extract(
+    net: ContinualNet, x: torch.Tensor, device: str = "cpu", chunk: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
     """(features phi(x), logits) in eval mode, as float64 numpy arrays."""
     was_training = net.training
     net.eval()
     feats, logits = [], []
     for k in range(0, len(x), chunk):
-        z = net.features(x[k:k + chunk].to(device))
+        z = net.features(x[k : k + chunk].to(device))
         feats.append(z.double().cpu())
         logits.append(net.head(z).double().cpu())
     net.train(was_training)
@@ -156,21 +172,23 @@ class SessionFeatures:
     logits_test: np.ndarray
 
 
-def shallow_accuracy(net: ContinualNet, data: ContinualData, logits_test: np.ndarray, session: int, task: int,
-                     setting: str) -> float:
+def shallow_accuracy(
+    net: ContinualNet, data: ContinualData, logits_test: np.ndarray, session: int, task: int, setting: str
+) -> float:
     """A_ij: own-head accuracy on task j's test set after session i (CIL: over seen classes; TIL: task head)."""
     idx = data.task_indices(task, "test")
     lg = logits_test[idx].copy()
     if setting == "til":
         allowed = net.task_mask[task].cpu().numpy()
     else:
-        allowed = net.task_mask[:session + 1].any(0).cpu().numpy()
+        allowed = net.task_mask[: session + 1].any(0).cpu().numpy()
     lg[:, ~allowed] = -np.inf
     return float((lg.argmax(1) == data.y_test.numpy()[idx]).mean())
 
 
-def deep_accuracies(data: ContinualData, feats: SessionFeatures, session: int, setting: str,
-                    probe_factory: Callable[[], LinearProbe]) -> np.ndarray:
+def deep_accuracies(
+    data: ContinualData, feats: SessionFeatures, session: int, setting: str, probe_factory: Callable[[], LinearProbe]
+) -> np.ndarray:
     """A*_ij for j <= i. CIL: one probe over all seen classes fit on the train sets of tasks <= i;
     TIL: one probe per task fit on that task's train set."""
     out = np.full(data.n_tasks, np.nan)
@@ -208,15 +226,27 @@ class ContinualResult:
     train_acc: list[float] = field(default_factory=list)
 
 
-def run_continual(net: ContinualNet, data: ContinualData, cfg: ERConfig, seed: int, *, device: str = "cpu",
-                  augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
-                  probe_factory: Callable[[], LinearProbe] | None = None, evaluate: bool = True,
-                  progress: bool = False, on_session: Callable[[int, ContinualNet], None] | None = None
-                  ) -> ContinualResult:
+def run_continual(
+    net: ContinualNet,
+    data: ContinualData,
+    cfg: ERConfig,
+    seed: int,
+    *,
+    device: str = "cpu",
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    probe_factory: Callable[[], LinearProbe] | None = None,
+    evaluate: bool = True,
+    progress: bool = False,
+    on_session: Callable[[int, ContinualNet], None] | None = None,
+    log: Callable[..., None] | None = None,
+    log_every: int = 50,
+) -> ContinualResult:
     """Train ``net`` on the tasks of ``data`` in sequence with ER; evaluate A and A* after every task.
 
     augment(x, generator) -> x: train-time augmentation of stream and replayed samples (images).
     evaluate: compute A/A* (under torchrun only rank 0 evaluates; the others skip it).
+    log: ``log(step, **scalars)`` (e.g. ``RunContext.logger(...)``), handed to ``core.train.fit``
+        every ``log_every`` steps; ``step`` counts over all tasks, ``task`` is added to the scalars.
     """
     import torch.distributed as dist
 
@@ -248,9 +278,25 @@ def run_continual(net: ContinualNet, data: ContinualData, cfg: ERConfig, seed: i
             return x.to(device), data.y_train[part].to(device), data.t_train[part].to(device)
 
         opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        tc = TrainConfig(steps=len(plan), lr=cfg.lr, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0,
-                         grad_clip=0.0, progress=progress, desc=f"task {t}", log_every=50)
-        fit_res = fit(net, lambda m, b: er_loss(net, m, b, cfg.setting), get_batch, tc, optimizer=opt)
+        tc = TrainConfig(
+            steps=len(plan),
+            lr=cfg.lr,
+            weight_decay=0.0,
+            warmup_steps=0,
+            min_lr_ratio=1.0,
+            grad_clip=0.0,
+            progress=progress,
+            desc=f"task {t}",
+            log_every=1 if log else 50,
+        )
+        task_log, offset = None, sum(res.steps[:-1])
+        if log is not None:  # fit reports every step; keep every log_every-th step counted over all tasks
+
+            def task_log(step, _offset=offset, _t=t, **scalars):
+                if (_offset + step) % log_every == 0:
+                    log(_offset + step, task=_t, **scalars)
+
+        fit_res = fit(net, lambda m, b: er_loss(net, m, b, cfg.setting), get_batch, tc, optimizer=opt, log=task_log)
         res.losses += fit_res.losses
         buffer.end_task(t, {c: _loader_order(data, c, rng_buffer) for c in data.task_classes[t]})
         if evaluate and rank == 0:
@@ -262,7 +308,7 @@ def run_continual(net: ContinualNet, data: ContinualData, cfg: ERConfig, seed: i
             res.acc_deep[t] = deep_accuracies(data, feats, t, cfg.setting, probe_factory)
             cur = data.task_indices(t)
             lg = tr_logits[cur].copy()
-            allowed = (net.task_mask[t] if cfg.setting == "til" else net.task_mask[:t + 1].any(0)).cpu().numpy()
+            allowed = (net.task_mask[t] if cfg.setting == "til" else net.task_mask[: t + 1].any(0)).cpu().numpy()
             lg[:, ~allowed] = -np.inf
             res.train_acc.append(float((lg.argmax(1) == data.y_train.numpy()[cur]).mean()))
             res.final = feats
