@@ -178,7 +178,14 @@ def config_for(scale: str) -> RunConfig:
             baselines=replace(base.baselines, hgb_iters=10, tide_hidden=32),
         )
     if scale == "small":
-        return replace(base, model=replace(base.model, d=32, d_bottle=8))
+        # CPU budget: d = 32, 4-wide continuous projections, 15 + 5 epochs; lr 3e-3 for the few steps.
+        return replace(
+            base,
+            model=replace(base.model, d=32, d_bottle=8, con_hidden=4),
+            stage1=replace(base.stage1, epochs=15, lr=3e-3),
+            stage2=replace(base.stage2, epochs=5, lr=1e-3),
+            steer=replace(base.steer, epochs=5),
+        )
     if scale == "paper":
         # EPF (TimeXer setting): lookback 168, horizon 24; LOF: same horizon, columns given with --set.
         return replace(base, data=replace(base.data, L=168, H=24, train_stride=1))

@@ -48,9 +48,12 @@ class Series:
 
 def _ar1(rng: np.random.Generator, n: int, phi: float, sigma: float) -> np.ndarray:
     """x_t = phi x_{t-1} + e_t, e_t ~ N(0, sigma^2), x_0 = e_0."""
-    from scipy.signal import lfilter
-
-    return lfilter([1.0], [1.0, -phi], rng.normal(0.0, sigma, n))
+    e = rng.normal(0.0, sigma, n).tolist()
+    acc, out = 0.0, [0.0] * n
+    for t in range(n):
+        acc = phi * acc + e[t]
+        out[t] = acc
+    return np.asarray(out)
 
 
 def _profiles() -> dict[str, np.ndarray]:
@@ -332,7 +335,7 @@ def ExogenousWindowDataset(
     try:
         ts = pd.to_datetime(df[date_col])
     except (ValueError, TypeError) as exc:
-        raise DataError(f"column {date_col!r} holds unparsable timestamps ({exc})") from None
+        raise DataError(f"column {date_col!r} holds unparsable timestamps ({str(exc).splitlines()[0]})") from None
     if ts.duplicated().any():
         raise DataError(f"duplicate timestamp {ts[ts.duplicated()].iloc[0]} in column {date_col!r}")
     if not ts.is_monotonic_increasing:
@@ -347,7 +350,7 @@ def ExogenousWindowDataset(
     if calendar:
         for name, values, card in (
             ("hour", ts.dt.hour, 24),
-            ("weekday", ts.dt.weekday, 7),
+            ("weekday", ts.dt.day_of_week, 7),
             ("month", ts.dt.month - 1, 12),
         ):
             dis.append(values.to_numpy())
