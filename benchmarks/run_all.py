@@ -4,7 +4,9 @@
     torch.nn.TransformerEncoder of the same size (pre-LN, GELU, no dropout, bidirectional),
     target <= 1.1;
 (b) core.train.fit against a bare hand-written loop doing the same work (AdamW, the same lr
-    schedule, grad clipping), target <= 1.05.
+    schedule, grad clipping), target <= 1.05;
+(c) core.sandbox: a trivial call through a persistent SandboxServer against a one-shot run_untrusted
+    call (see sandbox_overhead.py), target <= 0.25.
 
 Run: `python benchmarks/run_all.py [--repeats 5]`. Times are medians over repeats of interleaved
 runs, so slow phases of a shared machine hit both sides alike. Nothing here asserts a time.
@@ -13,8 +15,10 @@ runs, so slow phases of a shared machine hit both sides alike. Nothing here asse
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -26,8 +30,9 @@ D, H, L, FF, T, B, V = 128, 4, 4, 512, 128, 16, 64
 
 
 def ours() -> nn.Module:
-    cfg = TransformerConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=H, d_ff=FF, max_len=T, causal=False,
-                            pos="none")
+    cfg = TransformerConfig(
+        vocab_size=V, d_model=D, n_layers=L, n_heads=H, d_ff=FF, max_len=T, causal=False, pos="none"
+    )
     model = Transformer(cfg)
 
     class Wrap(nn.Module):
@@ -130,6 +135,14 @@ def main() -> None:
     print(f"transformer train step / nn.TransformerEncoder: {r1:.3f}  (target <= 1.10)")
     r2 = bench_fit(args.repeats, args.steps)
     print(f"fit() / bare loop:                              {r2:.3f}  (target <= 1.05)")
+    spec = importlib.util.spec_from_file_location("sandbox_overhead", Path(__file__).with_name("sandbox_overhead.py"))
+    sandbox_overhead = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sandbox_overhead)
+    one, srv, r3 = sandbox_overhead.bench_sandbox(args.repeats, 20)
+    print(
+        f"sandbox server call / one-shot call:            {r3:.3f}  (target <= 0.25; "
+        f"{srv * 1e3:.1f} ms vs {one * 1e3:.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""Tests for iclr26.core.sandbox: results, limits, blocked imports/escapes, files and the safe transport."""
+"""Tests for iclr26.core.sandbox: results, transport, limits, imports, files, errors and the persistent server.
 
+Attacks live in test_sandbox_hostile.py. These run under the kernel layer where it is available, else under
+the python-only mode (named explicitly, as callers must).
+"""
+
+import math
 import os
-import pickle
 import tempfile
 import time
 
@@ -10,66 +14,39 @@ import pytest
 from PIL import Image
 
 import iclr26
-from iclr26.core import sandbox
-from iclr26.core.sandbox import DEFAULT_ALLOWED_IMPORTS, SandboxLimits, SandboxResult, run_untrusted
+from iclr26.core import sandbox, sandbox_kernel, sandbox_wire
+from iclr26.core.sandbox import (
+    DEFAULT_ALLOWED_IMPORTS,
+    SandboxLimits,
+    SandboxResult,
+    SandboxServer,
+    kernel_isolation_available,
+    run_untrusted,
+)
 
-FAST = SandboxLimits(timeout_s=3.0)
-
-
-def _sandbox_pids(marker: str, wait_s: float = 2.0) -> list[int]:
-    """Live processes whose command line mentions ``marker`` (our temp root), after up to ``wait_s`` s for
-    SIGKILLed ones to disappear."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        if marker.encode() in f.read():
-                            found.append(int(entry))
-                except OSError:
-                    pass
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+FAST = SandboxLimits(timeout_s=4.0)
+MODE = "kernel" if kernel_isolation_available() is None else "python-only"
 
 
-def _zombie_children() -> list[str]:
-    kids = []
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as f:
-                kids += f.read().split()
-        except OSError:  # kernel without CONFIG_PROC_CHILDREN, or the thread is gone
-            pass
-    states = []
-    for pid in kids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except OSError:
-            pass
-    return [s for s in states if s == "Z"]
+def run(source, inputs=None, **kw):
+    kw.setdefault("limits", FAST)
+    kw.setdefault("isolation", MODE)
+    return run_untrusted(source, inputs, **kw)
 
 
 @pytest.fixture(autouse=True)
 def sandbox_root(tmp_path, monkeypatch):
-    """Each test gets its own temp root; afterwards the parent must be unharmed and everything cleaned."""
+    """Each test gets its own temp root; afterwards the caller must be unharmed and everything cleaned."""
     root = tmp_path / "sbx"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     yield root
-    follow_up = run_untrusted("result = 40 + 2", limits=FAST)
-    assert follow_up.ok and follow_up.value == 42, follow_up
+    assert run("result = 40 + 2").value == 42
     assert list(root.iterdir()) == []
-    assert _sandbox_pids(str(root)) == []
-    assert _zombie_children() == []
 
 
 def _err(source: str, kind: str, **kwargs) -> SandboxResult:
-    kwargs.setdefault("limits", FAST)
-    res = run_untrusted(source, **kwargs)
+    res = run(source, **kwargs)
     assert not res.ok and res.error == kind, res
     assert res.value is None and res.message
     return res
@@ -77,12 +54,31 @@ def _err(source: str, kind: str, **kwargs) -> SandboxResult:
 
 # ------------------------------------------------------------------------------------------ happy path
 def test_returns_plain_python_values():
-    src = "result = {'i': 3, 'f': 2.5, 'c': 1 + 2j, 'l': [1, 'x', None, True], 't': (1, (2,)), 's': {1, 2},\n" \
-          "          'fs': frozenset({3}), 'b': b'ab', 'ba': bytearray(b'cd')}"
-    res = run_untrusted(src, limits=FAST)
-    assert res.ok and res.error is None
-    assert res.value == {"i": 3, "f": 2.5, "c": 1 + 2j, "l": [1, "x", None, True], "t": (1, (2,)), "s": {1, 2},
-                         "fs": frozenset({3}), "b": b"ab", "ba": bytearray(b"cd")}
+    src = (
+        "result = {'i': 3, 'f': 2.5, 'c': 1 + 2j, 'l': [1, 'x', None, True], 't': (1, (2,)), 's': {1, 2},\n"
+        "          'fs': frozenset({3}), 'b': b'ab', 'ba': bytearray(b'cd'), 'big': -2 ** 200, 'u': 'é\\ud800',\n"
+        "          7: 'int key', (1, 'k'): 'tuple key', 'nan': float('nan')}"
+    )
+    res = run(src)
+    assert res.ok and res.error is None and res.isolation == MODE
+    v = res.value
+    assert math.isnan(v.pop("nan"))
+    assert v == {
+        "i": 3,
+        "f": 2.5,
+        "c": 1 + 2j,
+        "l": [1, "x", None, True],
+        "t": (1, (2,)),
+        "s": {1, 2},
+        "fs": frozenset({3}),
+        "b": b"ab",
+        "ba": bytearray(b"cd"),
+        "big": -(2**200),
+        "u": "é\ud800",
+        7: "int key",
+        (1, "k"): "tuple key",
+    }
+    assert type(v["ba"]) is bytearray and type(v["t"]) is tuple and type(v["fs"]) is frozenset
 
 
 def test_numpy_values_roundtrip_exactly():
@@ -94,48 +90,87 @@ result = {
     "bool": np.array([True, False]),
     "c128": np.array([1 + 2j]),
     "strided": np.arange(10.0)[::3],
-    "rec": np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    "big_endian": np.arange(3, dtype=">u2"),
+    "empty": np.zeros((0, 3), dtype=np.float16),
     "scalar": np.float32(1.5),
     "bool_scalar": np.True_,
-    "dtype": np.dtype(">u2"),
+    "u64": np.uint64(2 ** 64 - 1),
 }
 """
-    v = run_untrusted(src, limits=FAST).value
+    v = run(src).value
     assert v["i16_T"].dtype == np.int16 and np.array_equal(v["i16_T"], np.arange(12).reshape(3, 4).T)
     assert v["f32"].dtype == np.float32 and np.array_equal(v["f32"], np.linspace(0, 1, 5, dtype=np.float32))
     assert v["bool"].dtype == bool and v["c128"].dtype == np.complex128 and v["c128"][0] == 1 + 2j
     assert np.array_equal(v["strided"], [0.0, 3.0, 6.0, 9.0])
-    assert v["rec"].dtype.names == ("a", "b") and v["rec"][0]["b"] == 2.0
+    assert v["big_endian"].dtype == np.dtype(">u2") and v["big_endian"].tolist() == [0, 1, 2]
+    assert v["empty"].shape == (0, 3) and v["empty"].dtype == np.float16
     assert type(v["scalar"]) is np.float32 and v["scalar"] == 1.5 and v["bool_scalar"] is np.True_
-    assert v["dtype"] == np.dtype(">u2")
+    assert type(v["u64"]) is np.uint64 and v["u64"] == 2**64 - 1
     v["f32"][0] = 7  # decoded arrays are writable
 
 
+def test_wire_roundtrip_and_refusals_in_process():
+    value = {"a": [1, 2.5, None, (True, b"x")], 3: {frozenset({1}): np.arange(4).reshape(2, 2)}}
+    back = sandbox_wire.decode(sandbox_wire.encode(value))
+    assert back["a"] == value["a"] and np.array_equal(back[3][frozenset({1})], value[3][frozenset({1})])
+    for bad in (
+        np.zeros(2, dtype=[("a", "i4")]),
+        np.array(["s"]),
+        np.array([None]),
+        np.datetime64("2020"),
+        np.ma.masked_array([1]),
+        object(),
+        len,
+        2**40000,
+    ):
+        with pytest.raises(sandbox_wire.WireError):
+            sandbox_wire.encode(bad)
+    with pytest.raises(sandbox_wire.WireError):  # unhashable key in a forged frame
+        sandbox_wire.decode(b"d" + (1).to_bytes(8, "little") + b"l" + bytes(8) + b"N")
+
+
 def test_numpy_methods_that_import_helpers_lazily_work():
-    src = "import numpy as np\nx = np.arange(6.0).reshape(2, 3)\nprint(x)\n" \
-          "result = [float(x.sum()), float(x.mean()), float(x.std()), repr(x[0])]"
-    res = run_untrusted(src, limits=FAST)
+    src = (
+        "import numpy as np\nx = np.arange(6.0).reshape(2, 3)\nprint(x)\n"
+        "result = [float(x.sum()), float(x.mean()), float(x.std()), repr(x[0])]"
+    )
+    res = run(src)
     assert res.ok and res.value[:2] == [15.0, 2.5] and res.value[3] == "array([0., 1., 2.])"
     assert res.stdout.startswith("[[0. 1. 2.]")
 
 
+def test_library_code_that_execs_its_own_templates_still_works():
+    src = (
+        "import collections\nP = collections.namedtuple('P', 'a b')\nimport numpy as np\n"
+        "m = np.ma.masked_array([1, 2, 3], [0, 1, 0])\nresult = [tuple(P(1, 2)), float(m.sum())]"
+    )
+    assert run(src).value == [(1, 2), 4.0]
+    res = run(
+        "import dataclasses\n@dataclasses.dataclass\nclass A:\n    x: int = 1\nresult = A(3).x",
+        allowed_imports=(*DEFAULT_ALLOWED_IMPORTS, "dataclasses"),
+    )
+    assert res.ok and res.value == 3
+
+
 def test_inputs_call_and_result_name():
     src = "def reward(completion, answer):\n    return float(completion.strip() == answer) + bonus\n"
-    res = run_untrusted(src, {"bonus": 0.5}, call=("reward", ("42 ", "42")), limits=FAST)
+    res = run(src, {"bonus": 0.5}, call=("reward", ("42 ", "42")))
     assert res.ok and res.value == 1.5
-    assert run_untrusted("score = sum(xs)", {"xs": np.arange(4)}, result_name="score", limits=FAST).value == 6
-    assert run_untrusted("x = 1", limits=FAST) == SandboxResult(ok=True, value=None)
-    assert run_untrusted("result = 1", result_name=None, limits=FAST).value is None
+    assert run("score = sum(xs)", {"xs": np.arange(4)}, result_name="score").value == 6
+    assert run("x = 1") == SandboxResult(ok=True, value=None, isolation=MODE)
+    assert run("result = 1", result_name=None).value is None
     src = "result = [type(1) is int, type([]) == list, type(x) is str]"  # type() works for plain checks
-    assert run_untrusted(src, {"x": "s"}, limits=FAST).value == [True, True, True]
+    assert run(src, {"x": "s"}).value == [True, True, True]
     _err("x = 1", "RuntimeError", call=("missing", ()))
 
 
 def test_display_collects_images_and_arrays():
     img = Image.new("RGB", (4, 3), (255, 0, 0))
-    src = "display(img)\ndisplay(gray)\nimport numpy as np\na = np.zeros((2, 2))\ndisplay(a)\na[0, 0] = 5\n" \
-          "display('note')\nresult = img.size"
-    res = run_untrusted(src, {"img": img, "gray": Image.new("F", (2, 2), 3.0)}, limits=FAST)
+    src = (
+        "display(img)\ndisplay(gray)\nimport numpy as np\na = np.zeros((2, 2))\ndisplay(a)\na[0, 0] = 5\n"
+        "display('note')\nresult = img.size"
+    )
+    res = run(src, {"img": img, "gray": Image.new("F", (2, 2), 3.0)})
     assert res.ok and res.value == (4, 3)
     first, second, third, fourth = res.displayed
     assert first.dtype == np.uint8 and first.shape == (3, 4, 3) and (first[..., 0] == 255).all()
@@ -145,14 +180,13 @@ def test_display_collects_images_and_arrays():
 
 
 def test_tools_are_injected_and_output_captured():
-    res = run_untrusted("print('root', sqrt(16.0))\nresult = sqrt(2.25)", tools={"sqrt": "math:sqrt"}, limits=FAST)
+    res = run("print('root', sqrt(16.0))\nresult = sqrt(2.25)", tools={"sqrt": "math:sqrt"})
     assert res.ok and res.value == 1.5 and res.stdout == "root 4.0\n"
     # the child sees the parent's sys.path, so this package's own modules can provide tools
-    res = run_untrusted("result = version", tools={"version": "iclr26:__version__"}, limits=FAST)
-    assert res.value == iclr26.__version__
+    assert run("result = version", tools={"version": "iclr26:__version__"}).value == iclr26.__version__
 
 
-def test_unimportable_tool_is_a_value_error_before_any_process(monkeypatch, sandbox_root):
+def test_caller_mistakes_are_value_errors_before_any_process(monkeypatch, sandbox_root):
     def no_popen(*a, **k):
         raise AssertionError("a process was started")
 
@@ -162,22 +196,32 @@ def test_unimportable_tool_is_a_value_error_before_any_process(monkeypatch, sand
             run_untrusted("result = f()", tools={"f": "iclr26_no_such_module:f"})
         with pytest.raises(ValueError, match="cannot import"):
             run_untrusted("result = f()", tools={"f": "math:no_such_function"})
-        bad_args = ({"inputs": {"_x": 1}}, {"inputs": {"f": lambda: 0}}, {"call": ("_f", ())}, {"tools": {"t": "x"}})
+        bad_args = (
+            {"inputs": {"_x": 1}},
+            {"inputs": {"f": lambda: 0}},
+            {"call": ("_f", ())},
+            {"tools": {"t": "x"}},
+            {"isolation": "none"},
+            {"isolation": "auto"},
+            {"limits": SandboxLimits(timeout_s=0)},
+            {"allowed_imports": "math"},
+        )
         for bad in bad_args:
             with pytest.raises(ValueError):
                 run_untrusted("result = 1", **bad)
+        with pytest.raises(ValueError):
+            run_untrusted(b"result = 1")
+        with pytest.raises(ValueError):
+            SandboxServer("", isolation="weak")
     assert list(sandbox_root.iterdir()) == []
 
 
-def test_huge_print_is_truncated_but_ok():
-    res = run_untrusted("for i in range(20000):\n    print('x' * 100)\nresult = 'done'",
-                        limits=SandboxLimits(timeout_s=5, max_output_bytes=80_000))
-    assert res.ok and res.value == "done"
-    assert res.stdout.endswith("[stdout truncated]") and len(res.stdout) < 11_000
-
-
-def test_too_large_result():
-    _err("result = 'x' * 9_000_000", "OutputTooLarge")
+def test_isolation_can_be_named_by_the_environment(monkeypatch):
+    monkeypatch.setenv("ICLR26_SANDBOX_ISOLATION", "python-only")
+    assert run_untrusted("result = 1", limits=FAST).isolation == "python-only"
+    monkeypatch.setenv("ICLR26_SANDBOX_ISOLATION", "nonsense")
+    with pytest.raises(ValueError):
+        run_untrusted("result = 1")
 
 
 # ------------------------------------------------------------------------------------- resource limits
@@ -187,23 +231,9 @@ def test_infinite_loop_times_out():
     assert time.monotonic() - start < 3 and "wall-time" in res.message
 
 
-def test_timeout_kills_the_whole_process_group(sandbox_root):
-    src = "try:\n    fork()\nexcept OSError:\n    pass\nsleep(100)"
-    _err(src, "Timeout", tools={"fork": "os:fork", "sleep": "time:sleep"}, limits=SandboxLimits(timeout_s=1))
-    assert _sandbox_pids(str(sandbox_root)) == []
-
-
-@pytest.mark.parametrize("src", ["x = bytearray(10 * 2**30)", "import numpy\nx = numpy.ones(2_000_000_000)"])
-def test_huge_allocation_is_a_memory_limit(src):
-    assert "MB limit" in _err(src, "MemoryLimit").message
-
-
-def test_too_little_memory_for_the_imports_is_a_memory_limit():
+def test_too_little_memory_is_a_memory_limit():
     assert "40 MB" in _err("import numpy", "MemoryLimit", limits=SandboxLimits(memory_mb=40)).message
-
-
-def test_deep_recursion():
-    _err("def f(n):\n    return f(n + 1) + 1\nresult = f(0)", "RecursionLimit")
+    assert "MB limit" in _err("import numpy\nx = numpy.ones(2_000_000_000)", "MemoryLimit").message
 
 
 def test_child_crash_is_reported():
@@ -211,9 +241,22 @@ def test_child_crash_is_reported():
 
 
 # --------------------------------------------------------------------------------------------- imports
-@pytest.mark.parametrize("src", ["import os", "import subprocess", "import socket", "from os import system",
-                                 "import importlib", "import numpy.ctypeslib", "from numpy import lib",
-                                 "from . import x", "from math import *", "from fractions import sys"])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import os",
+        "import subprocess",
+        "import socket",
+        "from os import system",
+        "import importlib",
+        "import numpy.ctypeslib",
+        "from numpy import lib",
+        "from . import x",
+        "from math import *",
+        "from fractions import sys",
+        "import typing",
+    ],
+)
 def test_blocked_imports(src):
     _err(src, "ImportBlocked")
 
@@ -224,80 +267,11 @@ def test_dangerous_modules_stay_blocked_even_if_allowed():
         _err(src, "ImportBlocked", allowed_imports=allowed)
 
 
-@pytest.mark.parametrize("src", ["import os\nwhile True:\n    os.fork()",
-                                 "__import__('os').fork()",
-                                 "import fractions\nwhile True:\n    fractions.sys.modules['os'].fork()",
-                                 "import fractions\ngetattr(fractions, 'sys').modules['os'].fork()"])
-def test_fork_loop_is_blocked(src):
-    _err(src, "ImportBlocked" if src.startswith("import os") else "SecurityViolation")
-
-
 # ----------------------------------------------------------------------------------------------- files
-def test_read_outside_is_a_security_violation():
-    assert "outside the sandbox" in _err("result = open('/etc/passwd').read()", "SecurityViolation").message
-
-
-@pytest.mark.parametrize("target", ["../x", "../../escape.txt", "ABS"])
-def test_write_outside_is_blocked(target, sandbox_root, tmp_path):
-    path = str(tmp_path / "escape.txt") if target == "ABS" else target
-    _err(f"f = open({path!r}, 'w')\nf.write('x')\nf.close()", "SecurityViolation")
-    assert not (tmp_path / "escape.txt").exists() and not (sandbox_root / "escape.txt").exists()
-
-
-def test_write_inside_the_temp_dir_works():
+def test_write_inside_the_work_dir_works():
     src = "with open('out.txt', 'w') as f:\n    f.write('hi')\nwith open('out.txt') as f:\n    result = f.read()"
-    assert run_untrusted(src, limits=FAST).value == "hi"
-    _err("open(1, 'w')", "SecurityViolation")  # no file descriptors
-
-
-def test_number_of_written_files_is_capped():
-    src = "for i in range(40):\n    open('f%d' % i, 'w').close()"
-    assert "files written" in _err(src, "SecurityViolation").message
-
-
-def test_file_size_limit():
-    src = "with open('big', 'w') as f:\n    f.write('x' * 200_000)"
-    assert "File too large" in _err(src, "RuntimeError", limits=SandboxLimits(max_file_bytes=100_000)).message
-
-
-# --------------------------------------------------------------------------------------------- escapes
-@pytest.mark.parametrize("src", [
-    "__import__('os')",
-    "b = __builtins__",
-    "().__class__.__bases__[0].__subclasses__()",
-    "getattr(getattr((), '__cl' + 'ass__'), '__ba' + 'ses__')",
-    "'{0.__class__}'.format(1)",
-    "getattr('{0.__class__}', 'for' + 'mat')(1)",
-    "type(1).mro()",
-    "m = getattr(type(1), 'm' + 'ro')",
-    "g = (x for x in [])\nf = g.gi_frame",
-    "g = (x for x in [])\nf = getattr(g, 'gi_' + 'frame')",
-    "f = lambda: 0\nc = f.__code__",
-    "print.__self__",
-    "eval('1')",
-    "exec('x = 1')",
-    "compile('1', 'x', 'eval')",
-    "globals()",
-    "vars()",
-    "import operator\ngetattr(operator, 'attr' + 'getter')('__class__')(1)",
-    "import string\nstring.Formatter().vformat('{0.__class__}', (1,), {})",
-    "import json\njson.codecs.open('/tmp/x', 'w')",
-    "import numpy as np\nnp.load('/etc/passwd')",
-    "import numpy as np\nnp.zeros(2).tofile('/tmp/x')",
-    "t = type(open('a.txt', 'w'))",
-    "t = type(type(1))",
-    "try:\n    getattr(1, '__class__')\nexcept BaseException:\n    pass\nresult = 1",
-    "class A:\n    def __reduce__(self):\n        return 1",
-    "def f(_x):\n    return _x",
-    "match 1:\n    case int(__class__=c):\n        pass",
-])
-def test_escapes_are_security_violations(src):
-    _err(src, "SecurityViolation")
-
-
-def test_pil_input_cannot_save_or_show():
-    _err("img.save('/tmp/x.png')", "SecurityViolation", inputs={"img": Image.new("L", (2, 2))})
-    _err("img.show()", "SecurityViolation", inputs={"img": Image.new("L", (2, 2))})
+    assert run(src).value == "hi"
+    assert "outside the sandbox" in _err("result = open('/etc/passwd').read()", "SecurityViolation").message
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -312,31 +286,82 @@ def test_user_exception_is_a_runtime_error():
     assert _err("1 / 0", "RuntimeError").message.startswith("ZeroDivisionError")
 
 
-@pytest.mark.parametrize("src", ["result = lambda: 0", "class A:\n    pass\nresult = A()",
-                                 "import collections\nresult = collections.OrderedDict(a=1)",
-                                 "import fractions\nresult = fractions.Fraction(1, 3)",
-                                 "import numpy as np\nresult = np.array([len], dtype=object)",
-                                 "x = []\nfor i in range(150):\n    x = [x]\nresult = x"])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "result = lambda: 0",
+        "import fractions\nresult = fractions.Fraction(1, 3)",
+        "import collections\nresult = collections.OrderedDict(a=1)",
+        "import numpy as np\nresult = np.zeros(1, dtype=[('a', 'i4')])",
+    ],
+)
 def test_disallowed_results_are_bad_results(src):
-    _err(src, "BadResult")
+    assert "cannot send" in _err(src, "BadResult").message
 
 
-class _Evil:
-    def __reduce__(self):
-        return (os.system, ("touch " + self.marker,))
+# ---------------------------------------------------------------------------------------------- server
+def test_server_defines_once_and_calls_many_times():
+    src = "import math\ncalls = []\ndef reward(y, gt):\n    calls.append(y)\n    return float(y == gt) + len(calls)"
+    with SandboxServer(src, isolation=MODE, limits=FAST) as srv:
+        assert [srv.call("reward", "a", "a").value, srv.call("reward", "a", "b").value] == [2.0, 2.0]
+        assert srv.definition.ok and srv.restarts == 0
+        res = srv.run("result = [reward('x', 'x'), len(calls), k]", {"k": 7})
+        assert res.ok and res.value == [4.0, 3, 7] and res.isolation == MODE
+        assert srv.run("k").error == "RuntimeError"  # inputs of one run do not leak into the next
+        assert srv.call("missing").error == "RuntimeError" and srv.restarts == 0
+        assert srv.call("reward", "x", "y").error is None  # still the same child
+    with pytest.raises(ValueError):
+        srv.call("reward", "a", "a")
 
 
-def test_parent_never_unpickles_arbitrary_objects(tmp_path):
-    evil = _Evil()
-    evil.marker = str(tmp_path / "pwned")
-    env = {"ok": True, "value": evil, "error": None, "message": "", "stdout": "", "displayed": []}
-    res = sandbox._decode(sandbox._MAGIC + pickle.dumps(env), SandboxLimits())
-    assert res.error == "BadResult" and "posix.system" in res.message
-    assert not (tmp_path / "pwned").exists()
-    # numpy.ndarray is only a marker for the reconstruct helper: REDUCE on it (a huge np.empty) is refused
-    bomb = b"\x80\x02cnumpy\nndarray\n" + pickle.dumps(((10**10,),), protocol=2)[2:-1] + b"R."
-    assert sandbox._decode(sandbox._MAGIC + bomb, SandboxLimits()).error == "BadResult"
-    assert sandbox._decode(b"garbage", SandboxLimits()).error == "BadResult"
-    good = pickle.dumps({**env, "value": np.arange(3)}, protocol=5)
-    assert np.array_equal(sandbox._decode(sandbox._MAGIC + good, SandboxLimits()).value, [0, 1, 2])
-    assert sandbox._decode(sandbox._MAGIC + good + b"x", SandboxLimits()).error == "BadResult"
+def test_server_definition_errors_are_returned_for_every_call():
+    with SandboxServer("def f(:\n    pass", isolation=MODE, limits=FAST) as srv:
+        for _ in range(2):
+            res = srv.call("f")
+            assert res.error == "SyntaxError" and srv.definition.error == "SyntaxError"
+
+
+def test_server_recovers_from_timeouts_and_crashes():
+    with SandboxServer(
+        "def f(n):\n    while n:\n        pass\n    return 'done'",
+        tools={"abort": "os:abort"},
+        isolation=MODE,
+        limits=SandboxLimits(timeout_s=1.0),
+    ) as srv:
+        assert srv.call("f", 1).error == "Timeout"
+        assert srv.call("f", 0).value == "done"
+        assert srv.run("abort()").error == "Crashed"
+        assert srv.call("f", 0).value == "done" and srv.restarts == 2
+
+
+def test_server_cpu_limit_is_per_call():
+    """RLIMIT_CPU is set afresh before each call, so many cheap calls never add up to a CPU timeout."""
+    src = "def spin():\n    x = 0\n    for i in range(300_000):\n        x += i\n    return x"
+    with SandboxServer(src, isolation=MODE, limits=SandboxLimits(timeout_s=1.0)) as srv:
+        for _ in range(12):
+            assert srv.call("spin").ok
+        assert srv.restarts == 0
+
+
+# ----------------------------------------------------------------------------------------- kernel layer
+def test_seccomp_program_shape():
+    prog = sandbox_kernel.build_filter(2)
+    assert prog[0] == (0x20, 0, 0, 4) and prog[-1] == (0x06, 0, 0, sandbox_kernel.RET_KILL_PROCESS)
+    ks = {k for code, _, _, k in prog if code == 0x15}
+    for name in ("fork", "vfork", "execve", "socket", "connect", "ptrace", "unshare", "mount", "setsid"):
+        assert sandbox_kernel.DENIED[name] in ks
+    for code, jt, jf, _ in prog:
+        assert 0 <= jt <= 255 and 0 <= jf <= 255 and code in (0x20, 0x15, 0x35, 0x45, 0x06)
+
+
+def test_overhead_benchmark_runs():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "sandbox_overhead.py"
+    spec = importlib.util.spec_from_file_location("bench_sandbox_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    one_shot, server, ratio = mod.bench_sandbox(repeats=1, calls=2, isolation=MODE)
+    assert one_shot > 0 and server > 0 and math.isfinite(ratio) and ratio > 0
+    assert os.getpid() > 0
