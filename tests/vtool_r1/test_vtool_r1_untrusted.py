@@ -9,7 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from iclr26.vtool_r1.hf_policy import VToolEnv
@@ -139,6 +139,9 @@ def _regex_reference(text, version="v2"):
 
 
 @settings(max_examples=500, deadline=None)
+@example("FINAL ANSWER:. x TERMINATE y TERMINATE", "v2")
+@example("FINAL ANSWER:.\nANSWER: 3. TERMINATE.", "v2")
+@example("ANSWER: 7 TERMINATE. FINAL ANSWER:", "v2")
 @given(st.lists(st.sampled_from(ANSWER_PIECES), max_size=30).map("".join), st.sampled_from(["v1", "v2"]))
 def test_final_answer_extraction_agrees_with_the_regex_version(text, version):
     assert extract_final_answer(text, version) == _regex_reference(text, version)

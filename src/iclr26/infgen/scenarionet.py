@@ -141,29 +141,12 @@ def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapDa
 SUMMARY_FILE, MAPPING_FILE = "dataset_summary.pkl", "dataset_mapping.pkl"
 
 
-class _IndexUnpickler(pickle.Unpickler):
-    """Unpickles plain containers only (the index is saved from dicts of lists/str/numbers): no class,
-    no function, so no code runs while the index is read."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a ScenarioNet index file")
-
-
 def _load_index_file(path: Path):
-    """The index with :class:`_IndexUnpickler`; only when it holds other globals (e.g. numpy scalars) is it
-    unpickled in full (the caller has already opted in with ``trust_pickles``)."""
-    try:
-        with open(path, "rb") as fh:
-            return _IndexUnpickler(fh).load()
-    except pickle.UnpicklingError as exc:
-        if "is not allowed" not in str(exc):
-            raise ValueError(f"{path}: not a readable pickle ({exc})") from None
-    except Exception as exc:  # a broken pickle can raise nearly anything
-        raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+    """One index pickle (read only after the caller opted in with ``trust_pickles``)."""
     try:
         with open(path, "rb") as fh:
             return pickle.load(fh)
-    except Exception as exc:
+    except Exception as exc:  # a broken pickle can raise nearly anything
         raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
 
 
