@@ -188,3 +188,45 @@ def test_steering_layer0_core_uses_residual_add():
         h0 = model(ids, output_hidden_states=True).hidden_states[0]
     assert torch.allclose(h0 - base, 2.0 * v.expand(2, 5, 16), atol=1e-6)
     assert not model.interventions
+
+
+def test_stream_activations_match_gather_and_score_stream(tmp_path):
+    """Streaming to disk (float16, probe layer only, forward stopped there) gives the selected tokens of
+    gather_activations, and score_stream equals score_response."""
+    from iclr26.dishonesty.probe import stream_activations
+
+    model = _core_model(3)
+    ids = torch.randint(0, 20, (5, 9))
+    am = torch.ones(5, 9, dtype=torch.long)
+    am[2, 7:] = 0
+    mask = torch.zeros(5, 9, dtype=torch.bool)
+    mask[:, 3:6] = True
+    mask[0, 6:9] = True
+    full = gather_activations(model, ids, layers=[2], attention_mask=am)[2]
+    acts, off = stream_activations(model, ids, mask, layer=2, path=tmp_path / "a.npy", attention_mask=am, batch_size=2)
+    assert acts.dtype == np.float16 and acts.shape == (int(mask.sum()), 16)
+    assert off.tolist() == [0, 6, 9, 12, 15, 18]
+    assert np.allclose(np.asarray(acts, dtype=np.float32), full[mask].numpy(), atol=2e-2, rtol=1e-2)
+    assert not any(b._forward_hooks for b in model.blocks)  # hook removed
+    X = np.random.default_rng(0).normal(size=(40, 16))
+    probe = DeceptionProbe().fit(X, np.repeat([0, 1], 20))
+    want = probe.score_response(full, mask)
+    got = probe.score_stream(acts, off, chunk=4)
+    assert np.allclose(got, want, atol=5e-2)
+    with pytest.raises(ValueError):
+        probe.score_stream(acts, np.array([0, 3, 3]))
+
+
+def test_encode_dialogues_excludes_the_same_last_tokens():
+    pytest.importorskip("transformers")
+    from iclr26.core.hf import tiny_byte_tokenizer
+    from iclr26.dishonesty.paper_scale import chat_prompt, encode_dialogues
+
+    tok = tiny_byte_tokenizer()
+    prompts = [chat_prompt(tok, "hi"), chat_prompt(tok, "hello there")]
+    ids, am, mask = encode_dialogues(tok, prompts, ["abcdefgh", "xyz"], exclude_last=5, pad_id=tok.pad_token_id)
+    assert mask[0].sum() == 3 and mask[1].sum() == 1  # 8 - 5, and at least one token kept
+    p0 = len(prompts[0])
+    assert mask[0].nonzero().flatten().tolist() == [p0, p0 + 1, p0 + 2]
+    assert tok.decode(ids[0, mask[0]]) == "abc"
+    assert am.sum(1).tolist() == [len(prompts[0]) + 8, len(prompts[1]) + 3]

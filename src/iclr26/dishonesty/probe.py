@@ -51,8 +51,14 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 @torch.no_grad()
-def gather_activations(model: nn.Module, input_ids: Tensor, *, layers: Sequence[int],
-                       attention_mask: Tensor | None = None, batch_size: int = 256) -> dict[int, Tensor]:
+def gather_activations(
+    model: nn.Module,
+    input_ids: Tensor,
+    *,
+    layers: Sequence[int],
+    attention_mask: Tensor | None = None,
+    batch_size: int = 256,
+) -> dict[int, Tensor]:
     """Residual-stream activations ``hidden_states[L]`` for each ``L`` in ``layers``, via forward hooks.
 
     Works on core :class:`~iclr26.core.transformer.Transformer` models and on Hugging Face causal LMs
@@ -74,23 +80,93 @@ def gather_activations(model: nn.Module, input_ids: Tensor, *, layers: Sequence[
     store: dict[int, list[Tensor]] = {L: [] for L in layers}
     handles = []
     for L in layers:
+
         def hook(_module, _inp, out, L=L):
             store[L].append(_block_output(out).detach().float().cpu())
+
         handles.append(blocks[L - 1].register_forward_hook(hook))
     was_training = model.training
     model.eval()
     device = _model_device(model)
     try:
         for i in range(0, input_ids.shape[0], batch_size):
-            kwargs = {"input_ids": input_ids[i: i + batch_size].to(device)}
+            kwargs = {"input_ids": input_ids[i : i + batch_size].to(device)}
             if attention_mask is not None:
-                kwargs["attention_mask"] = attention_mask[i: i + batch_size].to(device)
+                kwargs["attention_mask"] = attention_mask[i : i + batch_size].to(device)
             model(**kwargs)
     finally:
         for h in handles:
             h.remove()
         model.train(was_training)
     return {L: torch.cat(store[L], 0) for L in layers}
+
+
+class _StopForward(Exception):
+    """Raised by the capture hook of :func:`stream_activations`: the layers above are not needed."""
+
+
+@torch.no_grad()
+def stream_activations(
+    model: nn.Module,
+    input_ids: Tensor,
+    token_mask: Tensor,
+    *,
+    layer: int,
+    path,
+    attention_mask: Tensor | None = None,
+    batch_size: int = 8,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Activations ``hidden_states[layer]`` of the selected tokens only, streamed to ``path`` (``.npy``,
+    float16) batch by batch, so a long control set never sits in RAM as ``[N, T, d]`` float32.
+
+    The forward pass stops after block ``layer - 1`` (nothing above it, not even the logits, is
+    computed). token_mask: bool [N, T], True on the tokens to keep. Returns (read-only memmap
+    [n_tokens, d] in row-major token order, offsets [N + 1]: row i owns tokens offsets[i]:offsets[i+1]).
+    """
+    blocks = decoder_blocks(model)
+    if not 1 <= layer <= len(blocks):
+        raise ValueError(f"layer {layer} out of range 1..{len(blocks)} (layer L = output of block L-1)")
+    if token_mask.shape != input_ids.shape:
+        raise ValueError("token_mask must have the shape of input_ids")
+    token_mask = token_mask.bool()
+    counts = token_mask.sum(1).numpy()
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out, pos, batch_mask = None, 0, None
+
+    def hook(_module, _inp, output):
+        nonlocal out, pos
+        h = _block_output(output)
+        sel = h[batch_mask.to(h.device)].detach().to("cpu", torch.float16).numpy()
+        if out is None:
+            out = np.lib.format.open_memmap(
+                str(path), mode="w+", dtype=np.float16, shape=(int(offsets[-1]), h.shape[-1])
+            )
+        out[pos : pos + len(sel)] = sel
+        pos += len(sel)
+        raise _StopForward
+
+    handle = blocks[layer - 1].register_forward_hook(hook)
+    was_training = model.training
+    model.eval()
+    device = _model_device(model)
+    try:
+        for i in range(0, input_ids.shape[0], batch_size):
+            batch_mask = token_mask[i : i + batch_size]
+            kwargs = {"input_ids": input_ids[i : i + batch_size].to(device)}
+            if attention_mask is not None:
+                kwargs["attention_mask"] = attention_mask[i : i + batch_size].to(device)
+            try:
+                model(**kwargs)
+            except _StopForward:
+                pass
+    finally:
+        handle.remove()
+        model.train(was_training)
+    if out is None:
+        raise ValueError("stream_activations: no input rows")
+    out.flush()
+    del out
+    return np.load(str(path), mmap_mode="r"), offsets
 
 
 def select_tokens(acts: Tensor, mask: Tensor) -> Tensor:
@@ -133,8 +209,7 @@ class DeceptionProbe:
     raw-space steering vector v.
     """
 
-    def __init__(self, C: float = 0.1, standardize: bool = True, fit_intercept: bool = False,
-                 max_iter: int = 2000):
+    def __init__(self, C: float = 0.1, standardize: bool = True, fit_intercept: bool = False, max_iter: int = 2000):
         self.config = ProbeConfig(C=C, standardize=standardize, fit_intercept=fit_intercept, max_iter=max_iter)
         if not C > 0:
             raise ValueError(f"C must be > 0, got {C}")
@@ -162,8 +237,9 @@ class DeceptionProbe:
             self.sigma = np.where(sd > 1e-8, sd, 1.0)
         else:
             self.mu, self.sigma = np.zeros(X.shape[1]), np.ones(X.shape[1])
-        clf = LogisticRegression(C=self.config.C, fit_intercept=self.config.fit_intercept,
-                                 max_iter=self.config.max_iter)
+        clf = LogisticRegression(
+            C=self.config.C, fit_intercept=self.config.fit_intercept, max_iter=self.config.max_iter
+        )
         clf.fit((X - self.mu) / self.sigma, y)
         self.coef_ = clf.coef_[0].astype(np.float64)
         self.intercept_ = float(clf.intercept_[0]) if self.config.fit_intercept else 0.0
@@ -186,6 +262,21 @@ class DeceptionProbe:
         logits = torch.from_numpy(self.token_logits(acts))
         return masked_mean(logits, torch.as_tensor(np.asarray(mask)).bool()).numpy()
 
+    def score_stream(self, acts: np.ndarray, offsets: np.ndarray, chunk: int = 65536) -> np.ndarray:
+        """S(r) for token activations stored flat ([n_tokens, d], e.g. the float16 memmap of
+        :func:`stream_activations`) with row offsets [N + 1]: the mean of s_t over each row's tokens."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        counts = np.diff(offsets)
+        if (counts <= 0).any():
+            raise ValueError("a row has no selected token; cannot average")
+        logits = np.concatenate(
+            [
+                self.token_logits(np.asarray(acts[i : i + chunk], dtype=np.float64))
+                for i in range(0, int(offsets[-1]), chunk)
+            ]
+        )
+        return np.add.reduceat(logits, offsets[:-1]) / counts
+
     def direction(self, space: str = "raw") -> np.ndarray:
         """Unit steering vector. ``"raw"``: v = (w/sigma)/||w/sigma|| (the gradient of s_t w.r.t. h_t;
         default, our reading of the official code); ``"standardized"``: w/||w|| used as is."""
@@ -197,6 +288,16 @@ class DeceptionProbe:
         else:
             raise ValueError(f"space must be 'raw' or 'standardized', got {space!r}")
         return v / np.linalg.norm(v)
+
+
+def class_separation(probe: DeceptionProbe, X, y) -> float:
+    """The steering unit: the distance between the two classes' mean projections on the unit raw-space
+    probe direction v over the training tokens, mean_{y=1}(h · v) - mean_{y=0}(h · v)."""
+    proj = _as_numpy(X).astype(np.float64) @ probe.direction("raw")
+    y = np.asarray(y).astype(bool).ravel()
+    if proj.shape[0] != y.shape[0] or y.all() or not y.any():
+        raise ValueError("class_separation needs one label per row and both classes")
+    return float(proj[y].mean() - proj[~y].mean())
 
 
 def _as_numpy(x) -> np.ndarray:

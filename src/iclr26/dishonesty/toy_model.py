@@ -16,10 +16,15 @@ from iclr26.dishonesty.toy_world import ToyWorld
 
 @dataclass(frozen=True)
 class ToyModelConfig:
-    """The toy GPT and its training (spec section 6: 4 layers, d=128, 4 heads).
+    """The toy GPT (causal, RoPE, tied embeddings) and its training with core.train.fit (AdamW + cosine).
 
-    d_model, n_layers, n_heads: transformer shape (causal, RoPE, tied embeddings).
-    steps, batch_size, lr, warmup_steps: optimisation with core.train.fit (AdamW + cosine).
+    d_model: residual width (default 128: 4 layers, d = 128, 4 heads, about 0.8M parameters).
+    n_layers: decoder blocks.
+    n_heads: attention heads.
+    steps: optimisation steps.
+    batch_size: sequences per step.
+    lr: peak learning rate.
+    warmup_steps: linear warm-up steps.
     pool_size: number of pre-sampled training sequences (batches are drawn from it by step).
     max_len: padded sequence length.
     """
@@ -43,11 +48,22 @@ def response_loss(model: Transformer, batch) -> torch.Tensor:
     return F.cross_entropy(logits[mask], ids[:, 1:][mask])
 
 
-def train_toy_gpt(world: ToyWorld, cfg: ToyModelConfig, seed: int, progress: bool = False) -> tuple[Transformer, list]:
-    """Build and train the toy GPT on the world's mixture. Returns (model in eval mode, losses)."""
+def train_toy_gpt(
+    world: ToyWorld, cfg: ToyModelConfig, seed: int, progress: bool = False, log=None
+) -> tuple[Transformer, list]:
+    """Build and train the toy GPT on the world's mixture. ``log(step, **scalars)`` receives loss, lr
+    and grad norm per step. Returns (model in eval mode, losses)."""
     torch.manual_seed(seed)
-    model = Transformer(TransformerConfig(vocab_size=world.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                                          n_heads=cfg.n_heads, max_len=cfg.max_len + 8, pos="rope"))
+    model = Transformer(
+        TransformerConfig(
+            vocab_size=world.vocab_size,
+            d_model=cfg.d_model,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            max_len=cfg.max_len + 8,
+            pos="rope",
+        )
+    )
     ids, tgt = world.training_pool(cfg.pool_size, seed=seed, max_len=cfg.max_len)
 
     def get_batch(step, rank, world_size):
@@ -55,17 +71,36 @@ def train_toy_gpt(world: ToyWorld, cfg: ToyModelConfig, seed: int, progress: boo
         idx = torch.randint(0, ids.shape[0], (cfg.batch_size // world_size,), generator=g)
         return ids[idx], tgt[idx]
 
-    res = fit(model, response_loss, get_batch,
-              TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.1,
-                          progress=progress, desc=f"train toy GPT (seed {seed})"))
+    res = fit(
+        model,
+        response_loss,
+        get_batch,
+        TrainConfig(
+            steps=cfg.steps,
+            lr=cfg.lr,
+            warmup_steps=cfg.warmup_steps,
+            weight_decay=0.1,
+            progress=progress,
+            desc=f"train toy GPT (seed {seed})",
+        ),
+        log=log,
+    )
     model.eval()
     return model, res.losses
 
 
 @torch.no_grad()
-def sample_responses(model: Transformer, world: ToyWorld, prompts: list[list[int]], *, seed: int,
-                     max_new_tokens: int = 7, temperature: float = 1.0, steer: dict | None = None,
-                     batch_size: int = 1024) -> list[list[int]]:
+def sample_responses(
+    model: Transformer,
+    world: ToyWorld,
+    prompts: list[list[int]],
+    *,
+    seed: int,
+    max_new_tokens: int = 7,
+    temperature: float = 1.0,
+    steer: dict | None = None,
+    batch_size: int = 1024,
+) -> list[list[int]]:
     """Sample one response per prompt (prompts of equal length per batch; math prompts without persona
     all have the same length). ``steer``: {"layer", "vector", "alpha"} for :class:`SteeringHook`.
     Returns token lists up to and including the first ``<eos>`` (or the cut)."""
@@ -75,15 +110,23 @@ def sample_responses(model: Transformer, world: ToyWorld, prompts: list[list[int
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(0, len(prompts), batch_size):
-        x = torch.tensor(prompts[i: i + batch_size], dtype=torch.long)
+        x = torch.tensor(prompts[i : i + batch_size], dtype=torch.long)
         if steer is not None and steer.get("alpha", 0.0) != 0.0:
             with SteeringHook(model, steer["layer"], steer["vector"], steer["alpha"]):
-                seq, valid = generate(model, x, max_new_tokens, temperature=temperature, eos_id=world.eos_id,
-                                      generator=g, pad_id=world.pad_id)
+                seq, valid = generate(
+                    model,
+                    x,
+                    max_new_tokens,
+                    temperature=temperature,
+                    eos_id=world.eos_id,
+                    generator=g,
+                    pad_id=world.pad_id,
+                )
         else:
-            seq, valid = generate(model, x, max_new_tokens, temperature=temperature, eos_id=world.eos_id,
-                                  generator=g, pad_id=world.pad_id)
-        new = seq[:, x.shape[1]:]
+            seq, valid = generate(
+                model, x, max_new_tokens, temperature=temperature, eos_id=world.eos_id, generator=g, pad_id=world.pad_id
+            )
+        new = seq[:, x.shape[1] :]
         for row, ok in zip(new, valid):
             out.append(row[ok].tolist())
     return out
