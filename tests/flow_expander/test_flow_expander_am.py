@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 from torch import nn
 
@@ -100,3 +101,35 @@ def test_am_quadratic_reward_shrinks_variance():
     target = s**2 / (1 + a * s**2)
     assert abs(x.var().item() - target) < 0.1 * target
     assert abs(x.mean().item()) < 0.05
+
+
+def _hand_adjoint(times, shift, c):
+    """Discrete lean adjoint for v = 0 (b = -x / (t + h)), no terminal reward, grad f(x, s) = c s:
+    a_i = a_{i+1} - h a_{i+1} / (t_i + h) - h c (t_i + shift)."""
+    h = float(times[1] - times[0])
+    a, out = 0.0, [0.0]
+    for i in range(len(times) - 2, -1, -1):
+        ti = float(times[i])
+        a = a - h * a / (ti + h) - h * c * (ti + shift)
+        out.append(a)
+    return torch.tensor(out[::-1])
+
+
+def test_running_reward_time_flag():
+    """The running term enters step t_i -> t_i - h at time t_i (exact Euler adjoint, default) or at
+    t_i + h (official ``LeanAdjointSolverFlow``); a time-dependent grad f separates the two."""
+    traj, times = sample_memoryless(Zero(), 3, 1, 10, torch.Generator().manual_seed(0))
+
+    def grad_f(x, t):
+        return 2.0 * t.reshape(-1, 1).expand_as(x)
+
+    h = float(times[1] - times[0])
+    for flag, shift in (("t", 0.0), ("t+h", h)):
+        a = lean_adjoint(Zero(), traj, times, None, grad_f, running_time=flag)
+        assert torch.allclose(a[:, 0, 0], _hand_adjoint(times, shift, 2.0), atol=1e-6), flag
+    default = lean_adjoint(Zero(), traj, times, None, grad_f)
+    code = lean_adjoint(Zero(), traj, times, None, grad_f, running_time="t+h")
+    assert (default - code).abs().max() > 1e-2
+    assert torch.equal(default, lean_adjoint(Zero(), traj, times, None, grad_f, running_time="t"))
+    with pytest.raises(ValueError):
+        AMConfig(running_time="t-h")

@@ -98,8 +98,13 @@ def test_pre_model_untouched_and_anchor_update():
     model = Residual([0.0, 0.0], [0.5, 0.5])
     before = params(model).clone()
     snaps = []
-    res = flow_expansion(model, EllipseVerifier(), method_config("G-FE", K=2, expand_am=TINY, project_am=TINY),
-                         seed=0, callback=lambda k, pi: snaps.append(params(pi).clone()))
+    res = flow_expansion(
+        model,
+        EllipseVerifier(),
+        method_config("G-FE", K=2, expand_am=TINY, project_am=TINY),
+        seed=0,
+        callback=lambda k, pi: snaps.append(params(pi).clone()),
+    )
     assert torch.equal(params(model), before)  # pi_pre never changes
     assert len(snaps) == 2 and not torch.equal(snaps[0], snaps[1])
     assert torch.equal(snaps[-1], params(res.model))
@@ -115,8 +120,9 @@ def test_all_ones_verifier_makes_projection_a_noop_only_with_paper_anchor():
     nse = flow_expansion(model, None, method_config("NSE", **kw), seed=1).model
     paper = flow_expansion(model, ConstantVerifier(), method_config("G-FE", eta=2.0, **kw), seed=1).model
     assert torch.equal(params(paper), params(nse))
-    code = flow_expansion(model, ConstantVerifier(),
-                          method_config("G-FE", eta=2.0, projection_anchor="previous", **kw), seed=1).model
+    code = flow_expansion(
+        model, ConstantVerifier(), method_config("G-FE", eta=2.0, projection_anchor="previous", **kw), seed=1
+    ).model
     assert not torch.equal(params(code), params(nse))
 
 
@@ -133,8 +139,15 @@ def test_projection_raises_validity():
 
 
 def test_bad_configs_raise():
-    for bad in (dict(K=-1), dict(beta=1.5), dict(eps=0.0), dict(lambda_schedule="cos"),
-                dict(projection_anchor="x"), dict(projection_grad="x"), dict(gamma=-1.0)):
+    for bad in (
+        dict(K=-1),
+        dict(beta=1.5),
+        dict(eps=0.0),
+        dict(lambda_schedule="cos"),
+        dict(projection_anchor="x"),
+        dict(projection_grad="x"),
+        dict(gamma=-1.0),
+    ):
         with pytest.raises(ValueError):
             FEConfig(**bad)
     with pytest.raises(ValueError):
@@ -164,3 +177,21 @@ def test_user_model_with_velocity_method_and_soft_projection_flag():
     b = flow_expansion(model, ver, method_config("G-FE", projection_grad="soft", **kw), seed=0).model
     assert not torch.equal(params(a), params(b))
     assert torch.isfinite(sample_ode(a, 64, 2, 10)).all()
+
+
+def test_scores_are_clipped_at_one_minus_eps():
+    """grad f_t evaluates the scores at min(t, 1 - eps): for t > 1 - eps it equals grad f_{1 - eps}
+    (the score of the OT path diverges as t -> 1; paper App. G, official ``_make_fns``)."""
+    prev, pre = GaussianVelocity([0.3], [0.6]), GaussianVelocity([0.0], [0.4])
+    cfg = FEConfig(beta=0.5, eps=0.1, lambda_schedule="const", lambda_scale=1.0, lambda_cutoff=1.0)
+    grad_r, grad_f = entropy_reward_grads(cfg, 0.4, prev, pre)
+    x = torch.randn(16, 1)
+    t_clip = torch.full((16,), 0.9)
+    expected = -0.4 * (prev.score(x, t_clip) - 0.5 * pre.score(x, t_clip))
+    for tv in (0.93, 0.97, 1.0):
+        got = grad_f(x, torch.full((16,), tv))
+        assert torch.isfinite(got).all() and torch.allclose(got, expected, atol=1e-4), tv
+    assert torch.allclose(grad_r(x, torch.ones(16)), expected, atol=1e-4)
+    # below the clip the score is evaluated at t itself
+    t = torch.full((16,), 0.5)
+    assert torch.allclose(grad_f(x, t), -0.4 * (prev.score(x, t) - 0.5 * pre.score(x, t)), atol=1e-5)

@@ -27,8 +27,9 @@ def test_entropy_estimators_scale_covariance():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(3000, 2))
     assert abs(kl_entropy(2 * x) - kl_entropy(x) - 2 * math.log(2)) < 1e-9
-    assert abs(histogram_entropy(2 * x, bin_width=0.25) - histogram_entropy(x, bin_width=0.125)
-               - 2 * math.log(2)) < 1e-9
+    assert (
+        abs(histogram_entropy(2 * x, bin_width=0.25) - histogram_entropy(x, bin_width=0.125) - 2 * math.log(2)) < 1e-9
+    )
 
 
 def test_entropy_bad_input():
@@ -60,3 +61,23 @@ def test_grid_coverage():
     pts = np.array([[0.1, 0.1], [0.6, -0.6]])
     cov = grid_coverage(pts, inside, cell=0.5, box=(-1.0, 1.0))
     assert cov == pytest.approx(2 / 16)
+
+
+def test_rbf_kernel_median_values_and_memory():
+    """K_ij = exp(-d_ij^2 / (2 b^2)), b = median pairwise distance; peak memory O(n^2), not O(n^2 d)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(2)
+    f = rng.normal(size=(9, 5))
+    d = np.sqrt(((f[:, None] - f[None]) ** 2).sum(-1))
+    b = np.median(d[np.triu_indices(9, 1)])
+    assert np.allclose(rbf_kernel_median(f), np.exp(-(d**2) / (2 * b * b)))
+    big = rng.normal(size=(600, 100))
+    tracemalloc.start()
+    k = rbf_kernel_median(big)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert k.shape == (600, 600) and np.allclose(np.diag(k), 1.0)
+    assert peak < 40e6  # an (n, n, d) difference array alone would be 288 MB
+    with pytest.raises(ValueError):
+        rbf_kernel_median(np.zeros(5))

@@ -4,7 +4,7 @@ on molecular conformers with a weak min-distance verifier and RDKit validity.
 RDKit is optional: ``pip install 'iclr26[chem]'`` (or ``pip install rdkit``). Everything that needs
 it calls :func:`require_rdkit`, which raises a clear ImportError when it is missing.
 
-Validity (spec section 3.6 / 6, paper App. G.4), all of:
+Validity (paper App. G.4), all of:
   1. every interatomic distance >= ``threshold`` (0.9 A, the paper's appendix; main text: 0.975 A);
   2. the bond graph that ``rdDetermineBonds`` perceives from the coordinates equals the reference graph;
   3. bond orders perceived (``DetermineBondOrders``), ``SanitizeMol`` succeeds, no radical electrons or
@@ -20,16 +20,16 @@ import time
 import numpy as np
 import torch
 
-from iclr26.core.experiment import ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.experiment import ExperimentError, RunContext, mean_std
 from iclr26.core.report import markdown_table
 
-from .adjoint_matching import AMConfig
+from .config import ConformerConfig
 from .expander import flow_expansion, method_config
-from .flow import FMConfig, VelocityMLP, pretrain_flow_matching, sample_ode
+from .flow import VelocityMLP, pretrain_flow_matching, sample_ode
 from .metrics import rbf_kernel_median, vendi_score
 from .verifiers import MinDistanceVerifier, Verifier
 
-RDKIT_HINT = ("this needs RDKit, which is not installed: pip install 'iclr26[chem]' (or: pip install rdkit)")
+RDKIT_HINT = "this needs RDKit, which is not installed: pip install 'iclr26[chem]' (or: pip install rdkit)"
 
 
 def require_rdkit():
@@ -63,20 +63,25 @@ def conformer_vendi(pos: np.ndarray) -> float:
 
 
 def kabsch_align(pos: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Centre every conformer and rotate it onto ``ref`` (N, 3) by the Kabsch algorithm."""
-    pos = np.asarray(pos, dtype=float) - np.asarray(pos, dtype=float).mean(1, keepdims=True)
-    ref = ref - ref.mean(0)
+    """Centre every conformer and rotate it onto ``ref`` (N, 3): the Kabsch rotation, computed by
+    ``scipy.spatial.transform.Rotation.align_vectors`` (proper rotations only, no reflections)."""
+    from scipy.spatial.transform import Rotation
+
+    pos = np.asarray(pos, dtype=float)
+    pos = pos - pos.mean(1, keepdims=True)
+    ref = np.asarray(ref, dtype=float) - np.asarray(ref, dtype=float).mean(0)
     out = np.empty_like(pos)
     for i, p in enumerate(pos):
-        u, _, vt = np.linalg.svd(p.T @ ref)
-        d = np.sign(np.linalg.det(u @ vt))
-        rot = u @ np.diag([1.0, 1.0, d]) @ vt
-        out[i] = p @ rot
+        rot, _ = Rotation.align_vectors(ref, p)  # argmin_R sum_j ||ref_j - R p_j||^2
+        out[i] = rot.apply(p)
     return out
 
 
 def dihedral(pos: np.ndarray, idx: tuple[int, int, int, int]) -> np.ndarray:
-    """Dihedral angle (degrees, in (-180, 180]) of atoms ``idx`` for every conformer (B, N, 3)."""
+    """Dihedral angle (degrees, in (-180, 180]) of atoms ``idx`` for every conformer (B, N, 3).
+
+    Vectorised; equal to RDKit's ``rdMolTransforms.GetDihedralDeg`` (tested)."""
+    pos = np.asarray(pos, dtype=float)
     p0, p1, p2, p3 = (pos[:, i] for i in idx)
     b0, b1, b2 = p0 - p1, p2 - p1, p3 - p2
     b1n = b1 / np.linalg.norm(b1, axis=1, keepdims=True)
@@ -143,133 +148,203 @@ class RDKitConformerVerifier(Verifier):
         weak = self.weak.hard(x)
         pos = x.detach().reshape(x.shape[0], self.n_atoms, 3).cpu().numpy()
         ok = [bool(w) and self._valid_one(p) for w, p in zip(weak.tolist(), pos)]
-        return torch.tensor(ok, dtype=torch.bool)
+        return torch.tensor(ok, dtype=torch.bool, device=x.device)
 
     def soft(self, x: torch.Tensor) -> torch.Tensor:
         return self.weak.soft(x)
 
 
-def generate_conformers(smiles: str = "OCCO", n: int = 3000, seed: int = 0, keep_basin: str | None = "g+"
-                        ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """ETKDG conformers + MMFF, Kabsch-aligned to the first one; optionally one O-C-C-O basin only.
+def rdkit_seed(seed: int) -> int:
+    """RDKit embedding seed for a run seed: seed + 1. ``randomSeed = 0`` makes this RDKit build return
+    the same conformer every time (measured: 3000 identical O-C-C-O dihedrals), and -1 means unseeded."""
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    return int(seed) + 1
 
-    Returns (positions (M, N, 3), the heavy-atom dihedral indices (0, 1, 2, 3)).
+
+def generate_conformers(
+    smiles: str = "OCCO",
+    n: int = 2000,
+    seed: int = 0,
+    source: str = "torsion",
+    dihedral_idx: tuple[int, int, int, int] = (0, 1, 2, 3),
+    dihedral_range: tuple[float, float] | None = (30.0, 90.0),
+) -> np.ndarray:
+    """Conformers of ``smiles`` (explicit H), Kabsch-aligned to the first; returns (M, N, 3) in Angstrom.
+
+    source="torsion": ETKDGv3 embeddings (other torsions and H rotamers vary), the ``dihedral_idx``
+        torsion set to phi ~ U(dihedral_range) and MMFF-minimised with that torsion constrained, so the
+        data fill the range (one basin) instead of collapsing to its minimum.
+    source="etkdg": ETKDGv3 + free MMFF minimisation; only conformers with the dihedral inside
+        ``dihedral_range`` are kept (None keeps all).
     """
     chem, allchem, _ = require_rdkit()
-    mol = chem.AddHs(chem.MolFromSmiles(smiles))
+    from rdkit.Chem import rdForceFieldHelpers, rdMolTransforms
+
+    if source not in ("torsion", "etkdg"):
+        raise ValueError(f"source must be 'torsion' or 'etkdg', got {source!r}")
+    mol = chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise ValueError(f"RDKit cannot parse SMILES {smiles!r}")
+    mol = chem.AddHs(mol)
     params = allchem.ETKDGv3()
-    params.randomSeed = int(seed)
+    params.randomSeed = rdkit_seed(seed)
     ids = list(allchem.EmbedMultipleConfs(mol, numConfs=int(n), params=params))
     if not ids:
         raise RuntimeError(f"RDKit could not embed {smiles!r}")
-    allchem.MMFFOptimizeMoleculeConfs(mol)
-    pos = np.stack([mol.GetConformer(i).GetPositions() for i in ids])
-    pos = kabsch_align(pos, pos[0])
-    idx = (0, 1, 2, 3)
-    if keep_basin == "g+":
-        phi = dihedral(pos, idx)
-        pos = pos[(phi > 0) & (phi < 120)]
-    return pos, idx
+    i0, i1, i2, i3 = (int(i) for i in dihedral_idx)
+    if source == "torsion":
+        if dihedral_range is None:
+            raise ValueError("source='torsion' needs a dihedral_range")
+        props = rdForceFieldHelpers.MMFFGetMoleculeProperties(mol)
+        phis = np.random.default_rng(seed).uniform(*dihedral_range, size=len(ids))
+        for cid, phi in zip(ids, phis):
+            conf = mol.GetConformer(cid)
+            rdMolTransforms.SetDihedralDeg(conf, i0, i1, i2, i3, float(phi))
+            ff = rdForceFieldHelpers.MMFFGetMoleculeForceField(mol, props, confId=cid)
+            ff.MMFFAddTorsionConstraint(i0, i1, i2, i3, False, float(phi), float(phi), 1e4)
+            ff.Minimize(maxIts=500)
+    else:
+        allchem.MMFFOptimizeMoleculeConfs(mol)
+    phi = np.array([rdMolTransforms.GetDihedralDeg(mol.GetConformer(c), i0, i1, i2, i3) for c in ids])
+    pos = np.stack([mol.GetConformer(c).GetPositions() for c in ids])
+    if source == "etkdg" and dihedral_range is not None:
+        pos = pos[(phi >= dihedral_range[0]) & (phi <= dihedral_range[1])]
+    if len(pos) == 0:
+        raise RuntimeError(f"no conformer of {smiles!r} has the dihedral {dihedral_idx} in {dihedral_range}")
+    return kabsch_align(pos, pos[0])
 
 
-def _load_conformers(path) -> np.ndarray:
+def load_conformers(path) -> np.ndarray:
+    """A local ``.npy`` of conformers, (M, n_atoms, 3) or (M, 3 n_atoms), in Angstrom."""
     arr = np.load(path)
     if arr.ndim == 2 and arr.shape[1] % 3 == 0:
         arr = arr.reshape(arr.shape[0], -1, 3)
     if arr.ndim != 3 or arr.shape[2] != 3 or arr.shape[0] < 10:
-        raise ExperimentError(f"{path}: expected an array (M >= 10, n_atoms, 3) of conformer positions, "
-                              f"got shape {arr.shape}")
+        raise ExperimentError(
+            f"{path}: expected an array (M >= 10, n_atoms, 3) of conformer positions, got shape {arr.shape}"
+        )
     if not np.isfinite(arr).all():
         raise ExperimentError(f"{path}: non-finite coordinates")
     return arr
 
 
-def run_conformer_experiment(ctx: RunContext) -> RunOutput:
-    """T3 (``--set task=t3``: RDKit ethylene glycol) or paper scale (``--set conformers=PATH.npy``).
+T3_METHODS = ("FDC", "NSE", "L-FE")
 
-    Options: smiles (molecule of the local conformers), validity (rdkit | mindist), fm_steps, K, n_eval,
-    slope (sigmoid slope of Eq. 55), threshold (A), beta, gamma, eta, hidden, threads,
-    am_traj / am_steps / am_datasets / am_grad_steps (Adjoint Matching sizes), n_conformers (T3).
-    """
-    validity = ctx.option("validity", "rdkit")
-    if ctx.scale == "paper" or "conformers" in ctx.options:
-        pos = _load_conformers(ctx.local_path("conformers"))
-        smiles = ctx.option("smiles", required=validity == "rdkit")
-        source = str(ctx.options["conformers"])
-    else:
-        require_rdkit()
-        smiles = ctx.option("smiles", "OCCO")
-        pos, _ = generate_conformers(smiles, int(ctx.option("n_conformers", "3000")), 0)
-        if pos.shape[0] < 10:
-            # Seen with rdkit 2026.09: ETKDG returned every conformer with the same O-C-C-O dihedral
-            # (anti), so the g+ basin is empty. Fail clearly rather than train on nothing.
-            raise ExperimentError(f"RDKit produced {pos.shape[0]} conformers of {smiles} in the g+ O-C-C-O basin "
-                                  "(need >= 10); this RDKit build's embedding does not sample the torsion. "
-                                  "Pass your own conformers with --set conformers=PATH.npy")
-        source = f"RDKit ETKDG+MMFF conformers of {smiles} (g+ basin)"
-    n_atoms = pos.shape[1]
-    thr = float(ctx.option("threshold", "0.9"))
-    slope = float(ctx.option("slope", "5.0"))
-    if validity == "rdkit":
-        truth: Verifier = RDKitConformerVerifier(smiles, thr, slope)
-        if truth.n_atoms != n_atoms:
-            raise ExperimentError(f"SMILES {smiles} has {truth.n_atoms} atoms with H, conformers have {n_atoms}")
-    elif validity == "mindist":
-        truth = MinDistanceVerifier(n_atoms, thr, slope)
-    else:
-        raise ExperimentError(f"--set validity={validity}: use rdkit or mindist")
-    weak = MinDistanceVerifier(n_atoms, thr, slope)
-    small = ctx.scale == "smoke"
-    fm_steps = int(ctx.option("fm_steps", "200" if small else "4000"))
-    K = int(ctx.option("K", "1" if small else "5"))
-    n_eval = int(ctx.option("n_eval", "200" if small else "2000"))
-    beta = float(ctx.option("beta", "0.9"))
-    gamma = float(ctx.option("gamma", "0.1"))
-    eta = float(ctx.option("eta", "1.0"))
-    am = AMConfig(n_traj=int(ctx.option("am_traj", "64" if small else "256")),
-                  steps=int(ctx.option("am_steps", "20" if small else "40")),
-                  n_datasets=int(ctx.option("am_datasets", "1" if small else "2")),
-                  grad_steps=int(ctx.option("am_grad_steps", "5" if small else "20")), batch_size=512)
-    methods = {
-        "FDC": method_config("FDC", K=K, gamma=gamma, beta=beta, eps=0.05, expand_am=am),
-        "NSE": method_config("NSE", K=K, gamma=gamma, beta=beta, expand_am=am),
-        "L-FE": method_config("L-FE", K=K, gamma=gamma, beta=beta, eta=eta, expand_am=am, project_am=am),
+
+def conformer_methods(cfg: ConformerConfig) -> dict:
+    """FDC / NSE / L-FE of the conformer task (same beta, gamma, K and oracle; paper App. G.5)."""
+    common = dict(K=cfg.K, gamma=cfg.gamma, gamma_schedule="const", beta=cfg.beta, expand_am=cfg.am, project_am=cfg.am)
+    return {
+        "FDC": method_config("FDC", eps=cfg.fdc_eps, lambda_scale=1.0, lambda_cutoff=1.0, **common),
+        "NSE": method_config("NSE", lambda_scale=1.0, **common),
+        "L-FE": method_config("L-FE", eta=cfg.eta, lambda_scale=1.0, **common),
     }
-    torch.set_num_threads(int(ctx.option("threads", "2")))
+
+
+def _conformer_data(cfg: ConformerConfig, seed: int, ctx: RunContext | None) -> tuple[np.ndarray, str]:
+    if cfg.conformers:
+        path = ctx.require_path("t3.conformers") if ctx is not None else cfg.conformers
+        return load_conformers(path), str(cfg.conformers)
+    pos = generate_conformers(cfg.smiles, cfg.n_conformers, seed, cfg.source, cfg.dihedral, cfg.dihedral_range)
+    if pos.shape[0] < 10:
+        raise ExperimentError(
+            f"RDKit produced {pos.shape[0]} conformers of {cfg.smiles} with the dihedral in "
+            f"{cfg.dihedral_range} (need >= 10); use source=torsion or more n_conformers"
+        )
+    return pos, f"RDKit {cfg.source} conformers of {cfg.smiles}, dihedral {cfg.dihedral} in {cfg.dihedral_range}"
+
+
+def _verifiers(cfg: ConformerConfig, n_atoms: int) -> tuple[Verifier, Verifier]:
+    weak = MinDistanceVerifier(n_atoms, cfg.threshold, cfg.slope)
+    if cfg.validity == "mindist":
+        return weak, weak
+    truth = RDKitConformerVerifier(cfg.smiles, cfg.threshold, cfg.slope)
+    if truth.n_atoms != n_atoms:
+        raise ExperimentError(f"SMILES {cfg.smiles} has {truth.n_atoms} atoms with H, conformers have {n_atoms}")
+    return truth, weak
+
+
+def _evaluate(model, cfg: ConformerConfig, truth: Verifier, weak: Verifier, n_atoms: int, seed: int) -> dict:
+    dim = 3 * n_atoms
+    x = sample_ode(model, cfg.n_eval, dim, cfg.ode_steps, torch.Generator().manual_seed(10_000 + seed)).cpu()
+    if not torch.isfinite(x).all():
+        raise ExperimentError("non-finite conformer samples")
+    p = x.numpy().reshape(cfg.n_eval, n_atoms, 3)
+    out = {
+        "validity": float(truth.hard(x).float().mean()),
+        "weak_validity": float(weak.hard(x).float().mean()),
+        "vendi": conformer_vendi(p[: cfg.vendi_n]),
+    }
+    if n_atoms >= 4:
+        phi = dihedral(p, cfg.dihedral)
+        lo, hi = cfg.dihedral_range
+        out["basins"] = basin_coverage(phi)
+        out["frac_outside_data_range"] = float(np.mean((phi < lo) | (phi > hi)))
+        out["dihedral_std"] = float(np.std(phi))
+    return out
+
+
+def run_conformer_seed(
+    cfg: ConformerConfig, seed: int, device: str = "cpu", ctx: RunContext | None = None
+) -> tuple[dict, str]:
+    """One seed of T3 / the paper path: data, FM pre-training, FDC / NSE / L-FE, evaluation of all four."""
+    pos, source = _conformer_data(cfg, seed, ctx)
+    n_atoms = pos.shape[1]
+    truth, weak = _verifiers(cfg, n_atoms)
     flat = torch.tensor(pos.reshape(pos.shape[0], -1), dtype=torch.float32)
-    dim = flat.shape[1]
-    per_seed: dict[str, dict[str, list]] = {}
-    for seed in ctx.progress(ctx.seeds, desc="seeds"):
-        torch.manual_seed(seed)
-        model = VelocityMLP(dim, int(ctx.option("hidden", "256")), 3)
-        pretrain_flow_matching(model, flat, FMConfig(steps=fm_steps, batch_size=256), seed=seed)
-        models = {"PRE": model}
-        for name, cfg in methods.items():
-            t0 = time.perf_counter()
-            models[name] = flow_expansion(model, weak, cfg, seed=seed).model
-            per_seed.setdefault(name, {}).setdefault("seconds", []).append(time.perf_counter() - t0)
-        for name, m in models.items():
-            x = sample_ode(m, n_eval, dim, 50, torch.Generator().manual_seed(10_000 + seed))
-            if not torch.isfinite(x).all():
-                raise ExperimentError(f"{name}: non-finite conformer samples")
-            p = x.numpy().reshape(n_eval, n_atoms, 3)
-            rec = per_seed.setdefault(name, {})
-            rec.setdefault("validity", []).append(float(truth.hard(x).float().mean()))
-            rec.setdefault("weak_validity", []).append(float(weak.hard(x).float().mean()))
-            rec.setdefault("vendi", []).append(conformer_vendi(p[: min(n_eval, 2000)]))
-            if smiles == "OCCO" and n_atoms == 10:
-                rec.setdefault("basins", []).append(basin_coverage(dihedral(p, (0, 1, 2, 3))))
-    summary = {n: {k: mean_std(v) for k, v in rec.items()} for n, rec in per_seed.items()}
-    keys = ["validity", "weak_validity", "vendi"] + (["basins"] if "basins" in per_seed["PRE"] else [])
-    rows = [[n] + [f"{summary[n][k]['mean']:.3f} ± {summary[n][k]['std']:.3f}" for k in keys]
-            for n in ["PRE", *methods]]
-    notes = [f"conformers: {source}; validity check: {validity}; min-distance threshold {thr} A; "
-             f"soft verifier slope {slope}", "Claims C1/C2 are about the 2-D tasks and are not measured here."]
-    return RunOutput(metrics={"conformer": per_seed, "conformer_summary": summary,
-                              "settings": {"fm_steps": fm_steps, "K": K, "beta": beta, "gamma": gamma,
-                                           "eta": eta, "n_eval": n_eval, "n_atoms": n_atoms}},
-                     measured={}, tables={"Conformers (mean ± std over seeds)": markdown_table(["method", *keys],
-                                                                                                rows)},
-                     notes=notes)
+    torch.manual_seed(seed)
+    model = VelocityMLP(flat.shape[1], cfg.hidden, cfg.depth).to(device)
+    log = ctx.logger(f"seed{seed}/t3_fm") if ctx is not None else None
+    pretrain_flow_matching(model, flat, cfg.fm, seed=seed, log=log)
+    metrics = {"PRE": _evaluate(model, cfg, truth, weak, n_atoms, seed)}
+    metrics["data"] = _evaluate_data(pos, cfg)
+    for name, fe_cfg in conformer_methods(cfg).items():
+        t0 = time.perf_counter()
+        log = ctx.logger(f"seed{seed}/t3_{name}") if ctx is not None else None
+        fine = flow_expansion(model, weak, fe_cfg, seed=seed, log=log).model
+        metrics[name] = {**_evaluate(fine, cfg, truth, weak, n_atoms, seed), "seconds": time.perf_counter() - t0}
+    return metrics, source
 
 
+def _evaluate_data(pos: np.ndarray, cfg: ConformerConfig) -> dict:
+    out = {"n": int(pos.shape[0]), "vendi": conformer_vendi(pos[: cfg.vendi_n])}
+    if pos.shape[1] >= 4:
+        phi = dihedral(pos, cfg.dihedral)
+        out.update(basins=basin_coverage(phi), dihedral_min=float(phi.min()), dihedral_max=float(phi.max()))
+    return out
+
+
+def run_conformers(ctx: RunContext, cfg: ConformerConfig) -> tuple[dict, dict, dict, list[str]]:
+    """All seeds of T3; returns (metrics, measured {"C3": ...}, tables, notes)."""
+    torch.set_num_threads(cfg.threads)
+    per_seed, source = [], ""
+    for seed in ctx.progress(ctx.seeds, desc="T3 seeds"):
+        m, source = run_conformer_seed(cfg, seed, ctx.device, ctx)
+        per_seed.append(m)
+    names = ["PRE", *T3_METHODS]
+    keys = [k for k in per_seed[0]["PRE"]]
+    metrics = {"T3": {n: {k: [m[n][k] for m in per_seed] for k in per_seed[0][n]} for n in [*names, "data"]}}
+    summary = {n: {k: mean_std(metrics["T3"][n][k]) for k in keys} for n in names}
+    metrics["T3_summary"] = summary
+    rows = [[n] + [f"{summary[n][k]['mean']:.3f} ± {summary[n][k]['std']:.3f}" for k in keys] for n in names]
+    mean = {n: {k: summary[n][k]["mean"] for k in ("validity", "vendi")} for n in names}
+    c3 = {
+        "vendi_PRE": mean["PRE"]["vendi"],
+        "vendi_LFE": mean["L-FE"]["vendi"],
+        "valid_PRE": mean["PRE"]["validity"],
+        "valid_LFE": mean["L-FE"]["validity"],
+        "valid_FDC": mean["FDC"]["validity"],
+        "valid_NSE": mean["NSE"]["validity"],
+        "vendi_FDC": mean["FDC"]["vendi"],
+        "vendi_NSE": mean["NSE"]["vendi"],
+    }
+    gate = {"rule": "validity(PRE) >= 0.8 on T3", "value": c3["valid_PRE"], "passed": c3["valid_PRE"] >= 0.8}
+    metrics["T3_competence_gate"] = gate
+    tables = {f"T3 conformers: mean ± std over seeds {list(ctx.seeds)}": markdown_table(["method", *keys], rows)}
+    notes = [
+        f"T3 data: {source}; validity: {cfg.validity}; weak verifier: min distance >= {cfg.threshold} A, "
+        f"soft slope {cfg.slope}. Conformer Vendi: RBF kernel (median bandwidth) on sorted-distance "
+        "fingerprints."
+    ]
+    return metrics, {"C3": c3}, tables, notes

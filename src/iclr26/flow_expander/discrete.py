@@ -1,7 +1,7 @@
 """Exact finite-state Flow Expander (terminal-only, exact MD steps): a numpy reference for tests.
 
 On a finite space with densities p (vectors summing to 1), one FE iteration with reparametrised
-step gamma~ and anchor weight beta is (spec section 8.6):
+step gamma~ and anchor weight beta is (Prop. 1 with exact steps, terminal-only):
 
     expand:   p~ ∝ p_{k-1}^{1 - gamma~} * p_pre^{gamma~ beta}      (MD step on H - alpha KL(.||p_pre))
     project:  p_k ∝ p~ * v^eta                                      (hard v: restrict and renormalise)
@@ -45,8 +45,9 @@ def discrete_project(p: np.ndarray, v: np.ndarray, eta: float | None) -> np.ndar
     return _normalise(logp)
 
 
-def discrete_flow_expansion(p_pre: np.ndarray, v: np.ndarray, gamma: float, beta: float, eta: float | None,
-                            K: int) -> list[np.ndarray]:
+def discrete_flow_expansion(
+    p_pre: np.ndarray, v: np.ndarray, gamma: float, beta: float, eta: float | None, K: int
+) -> list[np.ndarray]:
     """All iterates [p_0 = p_pre, p_1, ..., p_K] of exact FE (``eta=0`` gives NSE, ``gamma=0`` CONSTR)."""
     p_pre = np.asarray(p_pre, dtype=float)
     if p_pre.ndim != 1 or (p_pre < 0).any() or not np.isclose(p_pre.sum(), 1.0):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import torch
 from torch import nn
@@ -44,24 +45,42 @@ GAMMA_SCHEDULES = ("const", "inv", "geometric")
 
 @dataclass(frozen=True)
 class FEConfig:
-    """Flow Expander settings (defaults: the paper's 2-D G-FE toy, spec section 3.5)."""
+    """Flow Expander settings (defaults: the paper's 2-D G-FE toy, App. G).
 
-    K: int = 10  # mirror-descent iterations
-    gamma: float = 0.5  # gamma~_1 (reparametrised step size, (1 + alpha) gamma)
-    gamma_schedule: str = "geometric"  # const | inv (gamma/(1+k-1)) | geometric (gamma * decay^(k-1))
-    gamma_decay: float = 0.85  # decay factor of the geometric schedule
-    beta: float = 0.0  # beta = alpha / (1 + alpha): KL anchor to pre (0 = global expansion)
-    eta: float = 2.0  # projection strength eta_k (0 = no projection, i.e. NSE / S-MEME / FDC)
-    traj: bool = True  # running (whole-process) rewards; False = terminal-only (S-MEME/FDC style)
-    lambda_schedule: str = "const"  # const | sigma (lambda_t = sigma_t) | sigma2 (sigma_t^2)
-    lambda_scale: float = 1.2  # multiplies the lambda_t schedule
-    lambda_cutoff: float = 0.95  # lambda_t = 0 for t > cutoff (score diverges near t = 1)
-    lambda_tmin: float = 0.05  # sigma / sigma2 schedules are evaluated at max(t, tmin) (finite at t=0)
-    eps: float = 0.02  # score clip: scores are evaluated at min(t, 1 - eps)
-    projection_anchor: str = "expanded"  # expanded (paper Eq. 16: Q~_k) | previous (official code: pi_{k-1})
-    projection_grad: str = "log"  # log (paper: eta grad log v_s) | soft (official code: eta grad v_s)
-    expand_am: AMConfig = field(default_factory=AMConfig)  # oracle for the expand step
-    project_am: AMConfig = field(default_factory=AMConfig)  # oracle for the project step
+    K: mirror-descent iterations (paper toy: 10).
+    gamma (γ̃_1): reparametrised step size (1 + alpha) gamma of the first iteration.
+    gamma_schedule: const | inv (gamma / k) | geometric (gamma * decay^(k-1)); the paper's toy schedules are garbled.
+    gamma_decay: decay factor of the geometric schedule.
+    beta (β): alpha / (1 + alpha), weight of the pre-trained score (0 = global expansion, App. H).
+    eta (η): projection strength (0 = no projection: NSE / S-MEME / FDC).
+    traj: whole-process running rewards; False = terminal-only (S-MEME / FDC style).
+    lambda_schedule: lambda_t shape: const | sigma (sigma_t) | sigma2 (sigma_t^2) (App. G is ambiguous).
+    lambda_scale: multiplies the lambda_t schedule (paper G-FE toy: 1.2).
+    lambda_cutoff: lambda_t = 0 for t > cutoff (paper G-FE toy: 0.95).
+    lambda_tmin: sigma / sigma2 schedules are evaluated at max(t, tmin) (finite at t = 0).
+    eps (ε): score clip: scores are evaluated at min(t, 1 - eps).
+    projection_anchor: project-step KL anchor: expanded (paper Eq. 16, Q~_k) | previous (official code, pi_{k-1}).
+    projection_grad: project reward gradient: log (paper, eta grad log v_s) | soft (official code, eta grad v_s).
+    expand_am: Adjoint Matching oracle of the expand step.
+    project_am: Adjoint Matching oracle of the project step.
+    """
+
+    K: int = 10
+    gamma: float = 0.5
+    gamma_schedule: Literal["const", "inv", "geometric"] = "geometric"
+    gamma_decay: float = 0.85
+    beta: float = 0.0
+    eta: float = 2.0
+    traj: bool = True
+    lambda_schedule: Literal["const", "sigma", "sigma2"] = "const"
+    lambda_scale: float = 1.2
+    lambda_cutoff: float = 0.95
+    lambda_tmin: float = 0.05
+    eps: float = 0.02
+    projection_anchor: Literal["expanded", "previous"] = "expanded"
+    projection_grad: Literal["log", "soft"] = "log"
+    expand_am: AMConfig = field(default_factory=AMConfig)
+    project_am: AMConfig = field(default_factory=AMConfig)
 
     def __post_init__(self):
         if self.K < 0:
@@ -108,8 +127,7 @@ def method_config(name: str, **overrides) -> FEConfig:
         "G-FE": dict(beta=0.0, traj=True),
         "L-FE": dict(traj=True),
         "NSE": dict(eta=0.0, traj=True),
-        "S-MEME": dict(beta=0.0, eta=0.0, traj=False, lambda_schedule="const", lambda_scale=1.0,
-                       lambda_cutoff=1.0),
+        "S-MEME": dict(beta=0.0, eta=0.0, traj=False, lambda_schedule="const", lambda_scale=1.0, lambda_cutoff=1.0),
         "FDC": dict(eta=0.0, traj=False, lambda_schedule="const", lambda_scale=1.0, lambda_cutoff=1.0),
         "CONSTR": dict(gamma=0.0),
     }
@@ -151,7 +169,7 @@ def entropy_reward_grads(cfg: FEConfig, gamma_k: float, prev: nn.Module, pre: nn
         return -gamma_k * lam.reshape(-1, 1) * s
 
     def grad_r(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return grad_f(x, torch.full((x.shape[0],), 1.0 - cfg.eps))
+        return grad_f(x, torch.full((x.shape[0],), 1.0 - cfg.eps, device=x.device, dtype=x.dtype))
 
     return grad_r, (grad_f if cfg.traj else None)
 
@@ -164,13 +182,17 @@ class FEResult:
     history: list[dict] = field(default_factory=list)
 
 
-def flow_expansion(model: nn.Module, verifier: Verifier | None, cfg: FEConfig, seed: int = 0,
-                   progress=None, callback=None) -> FEResult:
+def flow_expansion(
+    model: nn.Module, verifier: Verifier | None, cfg: FEConfig, seed: int = 0, progress=None, callback=None, log=None
+) -> FEResult:
     """Run FE (or a baseline preset) from a pre-trained velocity model; ``model`` itself is untouched.
 
-    model: any ``nn.Module`` with ``forward(x, t) -> velocity`` and a ``dim`` attribute.
+    model: any ``nn.Module`` with ``forward(x, t) -> velocity`` and a ``dim`` attribute; FE runs on its
+        device and dtype (the seeded generator stays on the CPU, so a seed draws the same noise everywhere).
     verifier: needed when eta > 0 (its differentiable ``grad_log_soft`` drives the projection).
     callback: optional ``callback(k, pi)`` after every iteration (evaluation curves).
+    log: optional ``log(step, **scalars)`` per Adam step of either oracle (``expand_loss`` /
+        ``project_loss``, ``grad_norm``, ``adjoint_rms``, ``k``); ``step`` counts all oracle steps.
     """
     if cfg.eta > 0 and verifier is None:
         raise ValueError("eta > 0 needs a verifier for the projection step")
@@ -181,35 +203,50 @@ def flow_expansion(model: nn.Module, verifier: Verifier | None, cfg: FEConfig, s
     for p in pi.parameters():
         p.requires_grad_(True)
     history: list[dict] = []
+    n_logged = [0]
+
+    def oracle_log(phase: str, k: int):
+        if log is None:
+            return None
+
+        def fn(step, loss, **scalars):
+            log(n_logged[0], **{f"{phase}_loss": loss, "k": k}, **scalars)
+            n_logged[0] += 1
+
+        return fn
+
     it = range(1, cfg.K + 1)
     if progress is not None:
         it = progress(it, desc="FE iterations")
     for k in it:
         g_k = cfg.gamma_k(k)
-        log = {"k": k, "gamma": g_k}
+        rec = {"k": k, "gamma": g_k}
         # ---- EXPAND (Eq. 15): reward fine-tuning of pi against pi_{k-1} ----
         if g_k > 0:
             grad_r, grad_f = entropy_reward_grads(cfg, g_k, prev, pre)
-            losses = adjoint_matching(pi, prev, grad_r, grad_f, cfg.expand_am, gen)
-            log["expand_loss"] = float(sum(losses) / max(len(losses), 1))
+            losses = adjoint_matching(pi, prev, grad_r, grad_f, cfg.expand_am, gen, log=oracle_log("expand", k))
+            rec["expand_loss"] = float(sum(losses) / max(len(losses), 1))
         # ---- PROJECT (Eq. 16): terminal reward eta log v_s, anchored on Q~_k (paper) ----
         if cfg.eta > 0:
             anchor = frozen_copy(pi) if cfg.projection_anchor == "expanded" else prev
             eta = cfg.eta
             if cfg.projection_grad == "log":
+
                 def grad_v(x, t, eta=eta):
                     return eta * verifier.grad_log_soft(x)
             else:
+
                 def grad_v(x, t, eta=eta):
                     return eta * verifier.grad_soft(x)
-            losses = adjoint_matching(pi, anchor, grad_v, None, cfg.project_am, gen)
-            log["project_loss"] = float(sum(losses) / max(len(losses), 1))
+
+            losses = adjoint_matching(pi, anchor, grad_v, None, cfg.project_am, gen, log=oracle_log("project", k))
+            rec["project_loss"] = float(sum(losses) / max(len(losses), 1))
         # ---- anchor update pi_{k-1} <- pi ----
         prev = frozen_copy(pi)
         for key in ("expand_loss", "project_loss"):
-            if key in log and not math.isfinite(log[key]):
+            if key in rec and not math.isfinite(rec[key]):
                 raise FloatingPointError(f"FE iteration {k}: {key} is not finite")
-        history.append(log)
+        history.append(rec)
         if callback is not None:
             callback(k, pi)
     return FEResult(model=pi.eval(), history=history)

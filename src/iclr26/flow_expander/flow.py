@@ -1,6 +1,6 @@
 """Flow matching on the OT path, score/velocity conversions and the memoryless SDE.
 
-Conventions (spec section 3.1; t = 0 is noise, t = 1 is data):
+Conventions (Adjoint Matching notation; t = 0 is noise, t = 1 is data):
 
     x_t = alpha_t x_1 + beta_t x_0,   OT path: alpha_t = t, beta_t = 1 - t
     k_t     = alpha_dot_t / alpha_t                      = 1 / t
@@ -32,6 +32,7 @@ OUTPUT_TYPES = ("velocity", "score", "epsilon", "endpoint")
 # ------------------------------------------------------------------------------------------------
 # OT schedule algebra
 # ------------------------------------------------------------------------------------------------
+
 
 def k_t(t: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
     """k_t = alpha_dot / alpha = 1 / (t + offset) on the OT path."""
@@ -142,6 +143,7 @@ class GaussianVelocity(nn.Module):
 # Velocity network and flow-matching pre-training
 # ------------------------------------------------------------------------------------------------
 
+
 class VelocityMLP(nn.Module):
     """v_theta(x, t): MLP on [x, sinusoidal(t)] with SiLU units and a zero-initialised head."""
 
@@ -171,34 +173,67 @@ class VelocityMLP(nn.Module):
 
 @dataclass(frozen=True)
 class FMConfig:
-    """Flow-matching pre-training (OT path, conditional velocity regression)."""
+    """Flow-matching pre-training (OT path, conditional velocity regression).
 
-    steps: int = 3000  # gradient steps
-    batch_size: int = 512  # data samples per step
-    lr: float = 1e-3  # Adam learning rate (cosine decay to 0)
-    grad_clip: float = 1.0  # gradient-norm clip
+    steps: Adam steps.
+    batch_size: data samples per step.
+    lr: Adam learning rate (cosine decay to 0).
+    grad_clip: gradient-norm clip.
+    """
+
+    steps: int = 3000
+    batch_size: int = 512
+    lr: float = 1e-3
+    grad_clip: float = 1.0
+
+
+def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """Device and floating dtype of a model's first parameter or buffer (CPU / float32 if it has none)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.device, tensor.dtype
+    return torch.device("cpu"), torch.get_default_dtype()
+
+
+def randn(shape, gen: torch.Generator | None, device, dtype) -> torch.Tensor:
+    """N(0, I) noise drawn on ``gen``'s device (CPU by default, so a seed gives the same draws on every
+    accelerator) and moved to ``device`` / ``dtype``."""
+    gdev = gen.device if gen is not None else device
+    return torch.randn(shape, generator=gen, device=gdev, dtype=dtype).to(device)
+
+
+def rand(shape, gen: torch.Generator | None, device, dtype) -> torch.Tensor:
+    """U[0, 1) draws, same device handling as :func:`randn`."""
+    gdev = gen.device if gen is not None else device
+    return torch.rand(shape, generator=gen, device=gdev, dtype=dtype).to(device)
 
 
 def flow_matching_loss(model: nn.Module, x1: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
     """L_FM = E || v(x_t, t) - (x_1 - x_0) ||^2 with x_t = t x_1 + (1 - t) x_0, t ~ U[0, 1]."""
-    x0 = torch.randn(x1.shape, generator=gen)
-    t = torch.rand(x1.shape[0], generator=gen)
+    x0 = randn(x1.shape, gen, x1.device, x1.dtype)
+    t = rand(x1.shape[0], gen, x1.device, x1.dtype)
     xt = t[:, None] * x1 + (1 - t[:, None]) * x0
     return ((model(xt, t) - (x1 - x0)) ** 2).sum(-1).mean()
 
 
-def pretrain_flow_matching(model: nn.Module, data: torch.Tensor, cfg: FMConfig = FMConfig(),
-                           seed: int = 0, progress=None) -> list[float]:
-    """Fit ``model`` to ``data`` (N, d) with flow matching; returns the loss curve."""
+def pretrain_flow_matching(
+    model: nn.Module, data: torch.Tensor, cfg: FMConfig = FMConfig(), seed: int = 0, progress=None, log=None
+) -> list[float]:
+    """Fit ``model`` to ``data`` (N, d) with flow matching; returns the loss curve.
+
+    ``data`` is moved to the model's device and dtype. ``log(step, loss=...)`` is called every 50 steps.
+    """
     if data.ndim != 2 or data.shape[0] < 2:
         raise ValueError(f"data must be (N, d) with N >= 2, got {tuple(data.shape)}")
+    device, dtype = model_device_dtype(model)
+    data = data.to(device=device, dtype=dtype)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(cfg.steps, 1))
     losses = []
     steps = range(cfg.steps) if progress is None else progress(range(cfg.steps), desc="FM pre-training")
-    for _ in steps:
-        idx = torch.randint(0, data.shape[0], (cfg.batch_size,), generator=gen)
+    for step in steps:
+        idx = torch.randint(0, data.shape[0], (cfg.batch_size,), generator=gen, device=gen.device).to(device)
         loss = flow_matching_loss(model, data[idx], gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -206,6 +241,8 @@ def pretrain_flow_matching(model: nn.Module, data: torch.Tensor, cfg: FMConfig =
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
+        if log is not None and (step % 50 == 0 or step == cfg.steps - 1):
+            log(step, loss=losses[-1])
     if not all(math.isfinite(v) for v in losses):
         raise FloatingPointError("flow matching loss became non-finite")
     return losses
@@ -215,14 +252,22 @@ def pretrain_flow_matching(model: nn.Module, data: torch.Tensor, cfg: FMConfig =
 # Samplers
 # ------------------------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def sample_ode(model: nn.Module, n: int, dim: int, steps: int = 50, gen: torch.Generator | None = None,
-               x0: torch.Tensor | None = None) -> torch.Tensor:
-    """Euler integration of dX = v(X, t) dt from X_0 ~ N(0, I) to t = 1."""
-    x = torch.randn(n, dim, generator=gen) if x0 is None else x0.clone()
+def sample_ode(
+    model: nn.Module,
+    n: int,
+    dim: int,
+    steps: int = 50,
+    gen: torch.Generator | None = None,
+    x0: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Euler integration of dX = v(X, t) dt from X_0 ~ N(0, I) to t = 1 (on the model's device / dtype)."""
+    device, dtype = model_device_dtype(model)
+    x = randn((n, dim), gen, device, dtype) if x0 is None else x0.clone().to(device=device, dtype=dtype)
     h = 1.0 / steps
     for i in range(steps):
-        t = torch.full((x.shape[0],), i * h)
+        t = torch.full((x.shape[0],), i * h, device=device, dtype=dtype)
         x = x + h * model(x, t)
     return x
 
@@ -233,15 +278,17 @@ def memoryless_drift(model: nn.Module, x: torch.Tensor, t: torch.Tensor, h: floa
 
 
 @torch.no_grad()
-def sample_memoryless(model: nn.Module, n: int, dim: int, steps: int = 50,
-                      gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_memoryless(
+    model: nn.Module, n: int, dim: int, steps: int = 50, gen: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Euler-Maruyama on the memoryless SDE; returns (trajectory (steps+1, n, dim), times (steps+1,))."""
+    device, dtype = model_device_dtype(model)
     h = 1.0 / steps
-    x = torch.randn(n, dim, generator=gen)
+    x = randn((n, dim), gen, device, dtype)
     traj = [x]
     for i in range(steps):
-        t = torch.full((n,), i * h)
-        noise = torch.randn(x.shape, generator=gen)
+        t = torch.full((n,), i * h, device=device, dtype=dtype)
+        noise = randn(x.shape, gen, device, dtype)
         x = x + h * memoryless_drift(model, x, t, h) + math.sqrt(h) * sigma_t(t, h).reshape(-1, 1) * noise
         traj.append(x)
-    return torch.stack(traj), torch.linspace(0.0, 1.0, steps + 1)
+    return torch.stack(traj), torch.linspace(0.0, 1.0, steps + 1, device=device, dtype=dtype)

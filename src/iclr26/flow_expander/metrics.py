@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 from scipy.spatial import cKDTree
+from scipy.spatial.distance import pdist, squareform
 from scipy.special import digamma, gammaln
 
 
@@ -33,8 +34,9 @@ def kl_entropy(x: np.ndarray, k: int = 3) -> float:
     return float(digamma(n) - digamma(k) + log_vd + d * np.mean(np.log(r)))
 
 
-def histogram_entropy(x: np.ndarray, bin_width: float = 0.125, box: tuple[float, float] = (-8.0, 8.0),
-                      correction: str = "grassberger") -> float:
+def histogram_entropy(
+    x: np.ndarray, bin_width: float = 0.125, box: tuple[float, float] = (-8.0, 8.0), correction: str = "grassberger"
+) -> float:
     """Entropy of a fixed-box histogram with cubic bins of side ``bin_width`` (bin volume Delta).
 
     plug-in:  H = -sum_i p_i log(p_i / Delta), p_i = n_i / n;
@@ -102,9 +104,19 @@ def vendi_score(kernel: np.ndarray) -> float:
 
 
 def rbf_kernel_median(feats: np.ndarray) -> np.ndarray:
-    """RBF kernel exp(-d^2 / (2 b^2)) with the median pairwise distance as bandwidth b."""
+    """RBF kernel K_ij = exp(-d_ij^2 / (2 b^2)) with the median pairwise distance as bandwidth b.
+
+    Distances come from ``scipy.spatial.distance.pdist`` (n (n - 1) / 2 floats), so memory is O(n^2),
+    never O(n^2 d); K has a unit diagonal.
+    """
     f = np.asarray(feats, dtype=float)
-    d2 = ((f[:, None, :] - f[None, :, :]) ** 2).sum(-1)
-    med = np.median(np.sqrt(d2[np.triu_indices(len(f), 1)])) if len(f) > 1 else 1.0
+    if f.ndim != 2:
+        raise ValueError(f"features must be (n, d), got shape {f.shape}")
+    if len(f) < 2:
+        return np.ones((len(f), len(f)))
+    d = pdist(f)
+    med = float(np.median(d))
     b = med if med > 0 else 1.0
-    return np.exp(-d2 / (2 * b * b))
+    k = squareform(np.exp(-(d**2) / (2 * b * b)))
+    np.fill_diagonal(k, 1.0)
+    return k

@@ -1,4 +1,4 @@
-"""Synthetic tasks of the CPU-scale reproduction (spec section 6).
+"""Synthetic tasks of the CPU-scale reproduction (2-D analogues of the paper's Figs. 3-5).
 
 T1 (global expansion, strong verifier, paper Fig. 3): Omega = ellipse (x/3)^2 + (y/1.5)^2 <= 1;
    data = N((-1.2, 0.4), diag(0.5^2, 0.35^2)) truncated to Omega (a corner of the ellipse).
@@ -50,8 +50,9 @@ def make_t2(n: int = 20000, seed: int = 0, kappa: float = 10.0) -> Task:
     x1 = rng.normal(mu, sd)
     x2 = rng.normal(0.0, 0.3, size=n)
     data = torch.tensor(np.stack([x1, x2], 1), dtype=torch.float32)
-    return Task("T2", data, DiscRejectionVerifier((-2.0, 0.0), 0.8, kappa=kappa),
-                HalfPlaneVerifier(-1.2, 0), (-3.6, 3.6), None)
+    return Task(
+        "T2", data, DiscRejectionVerifier((-2.0, 0.0), 0.8, kappa=kappa), HalfPlaneVerifier(-1.2, 0), (-3.6, 3.6), None
+    )
 
 
 def t2_density(x: np.ndarray) -> np.ndarray:
@@ -64,8 +65,9 @@ def t2_density(x: np.ndarray) -> np.ndarray:
     return (0.8 * n(x1, 0.0, 0.35) + 0.1 * n(x1, -2.0, 0.25) + 0.1 * n(x1, 2.0, 0.25)) * n(x2, 0.0, 0.3)
 
 
-def t2_fixed_point_kl(samples: np.ndarray, beta: float, power: float, kappa: float = 10.0,
-                      bin_width: float = 0.1) -> float:
+def t2_fixed_point_kl(
+    samples: np.ndarray, beta: float, power: float, kappa: float = 10.0, bin_width: float = 0.1
+) -> float:
     """Histogram KL(p_samples(x_1) || p*(x_1)) to the exact-step L-FE fixed point p* ∝ p_data^beta v_s^power
     (power = eta / gamma~), marginalised over x_2 on a grid. A sanity check, not a claim."""
     edges = np.arange(-4.0, 4.0 + 1e-9, bin_width)

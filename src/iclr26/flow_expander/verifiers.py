@@ -53,10 +53,10 @@ class EllipseVerifier(Verifier):
         if a <= 0 or b <= 0 or kappa <= 0:
             raise ValueError("ellipse axes and kappa must be > 0")
         self.a, self.b, self.kappa = float(a), float(b), float(kappa)
-        self.center = torch.as_tensor(center, dtype=torch.float32)
+        self.center = tuple(float(c) for c in center)
 
     def q(self, x: torch.Tensor) -> torch.Tensor:
-        z = x - self.center.to(x)
+        z = x - torch.as_tensor(self.center, device=x.device, dtype=x.dtype)
         return (z[:, 0] / self.a) ** 2 + (z[:, 1] / self.b) ** 2
 
     def hard(self, x):
@@ -75,11 +75,12 @@ class DiscRejectionVerifier(Verifier):
     def __init__(self, center=(-2.0, 0.0), radius: float = 0.8, kappa: float = 10.0):
         if radius <= 0 or kappa <= 0:
             raise ValueError("radius and kappa must be > 0")
-        self.center = torch.as_tensor(center, dtype=torch.float32)
+        self.center = tuple(float(c) for c in center)
         self.radius, self.kappa = float(radius), float(kappa)
 
     def dist(self, x):
-        return torch.sqrt(((x[:, :2] - self.center.to(x)) ** 2).sum(-1) + 1e-12)
+        c = torch.as_tensor(self.center, device=x.device, dtype=x.dtype)
+        return torch.sqrt(((x[:, :2] - c) ** 2).sum(-1) + 1e-12)
 
     def hard(self, x):
         return self.dist(x) >= self.radius
@@ -105,10 +106,10 @@ class ConstantVerifier(Verifier):
     """v = 1 everywhere (grad log v_s = 0): makes FE's projection a no-op."""
 
     def hard(self, x):
-        return torch.ones(x.shape[0], dtype=torch.bool)
+        return torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
 
     def log_soft(self, x):
-        return torch.zeros(x.shape[0], dtype=x.dtype) + 0.0 * x.sum(-1)
+        return 0.0 * x.sum(-1)
 
 
 class IntersectionVerifier(Verifier):
@@ -132,12 +133,15 @@ class IntersectionVerifier(Verifier):
 class CallableVerifier(Verifier):
     """Wrap plain callables: ``hard_fn(x) -> (B,)`` and optional differentiable ``soft_fn(x) -> (B,)``."""
 
-    def __init__(self, hard_fn: Callable[[torch.Tensor], torch.Tensor],
-                 soft_fn: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    def __init__(
+        self,
+        hard_fn: Callable[[torch.Tensor], torch.Tensor],
+        soft_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
         self.hard_fn, self.soft_fn = hard_fn, soft_fn
 
     def hard(self, x):
-        out = torch.as_tensor(self.hard_fn(x))
+        out = torch.as_tensor(self.hard_fn(x), device=x.device)
         if out.shape != (x.shape[0],):
             raise ValueError(f"hard verifier must return shape ({x.shape[0]},), got {tuple(out.shape)}")
         return out.bool()
@@ -158,11 +162,11 @@ class MinDistanceVerifier(Verifier):
         if n_atoms < 2:
             raise ValueError("need at least 2 atoms")
         self.n_atoms, self.threshold, self.slope = int(n_atoms), float(threshold), float(slope)
-        self._iu = torch.triu_indices(self.n_atoms, self.n_atoms, 1)
 
     def distances(self, x: torch.Tensor) -> torch.Tensor:
         pos = x.reshape(x.shape[0], self.n_atoms, 3)
-        diff = pos[:, self._iu[0]] - pos[:, self._iu[1]]
+        iu = torch.triu_indices(self.n_atoms, self.n_atoms, 1, device=x.device)
+        diff = pos[:, iu[0]] - pos[:, iu[1]]
         return torch.sqrt((diff**2).sum(-1) + 1e-12)
 
     def hard(self, x):
