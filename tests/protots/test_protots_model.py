@@ -350,3 +350,34 @@ def test_bad_inputs_raise():
         m(y, xd[:, :, :1], xc)
     with pytest.raises(ValueError):
         ProtoTS(CARDS, NCON, L, H, ProtoTSConfig(n_roots=0))
+
+
+def test_reserved_unseen_index_is_accepted():
+    m = _model()
+    y, xd, xc = _batch(2)
+    xd[:, 0, 0] = CARDS[0]  # the reserved index for categories unseen in training
+    with torch.no_grad():
+        assert torch.isfinite(m(y, xd, xc)[0]).all()
+
+
+def test_revin_makes_the_forecast_shift_with_the_history_level():
+    m = _model(revin=True)
+    y, xd, xc = _batch(3)
+    with torch.no_grad():
+        a = m(y, xd, xc)[0]
+        b = m(y + 5.0, xd, xc)[0]
+        plain = _model()(y + 5.0, xd, xc)[0] - _model()(y, xd, xc)[0]
+    assert torch.allclose(b - a, torch.full_like(a, 5.0), atol=1e-4)
+    assert not torch.allclose(plain, torch.full_like(plain, 5.0), atol=1e-2)
+
+
+def test_forecast_window_embedding_has_no_target_term():
+    m = _model()
+    y, xd, xc = _batch(2)
+    e = m.embed
+    with torch.no_grad():
+        z = e(y, xd, xc)
+        expect = sum(e.dis_emb[j](xd[:, L:, j]) for j in range(len(CARDS)))
+        hid = torch.tanh(xc[:, L:].unsqueeze(-1) * e.con_w1 + e.con_b1)
+        expect = expect + torch.einsum("btch,chd->btd", hid, e.con_w2) + e.con_b2.sum(0)
+    assert torch.allclose(z[:, L:], expect, atol=1e-5)

@@ -63,8 +63,7 @@ class MultiChannelEmbedding(nn.Module):
                 f"covariates {tuple(x_dis.shape)}/{tuple(x_con.shape)} do not match "
                 f"(B, {T}, {len(self.cards)}) / (B, {T}, {self.n_con})"
             )
-        y = torch.zeros(B, T, dtype=x_con.dtype, device=x_con.device)
-        y[:, : self.L] = y_in[:, : self.L]
+        y = y_in if y_in.shape[1] == T else torch.cat([y_in, y_in.new_zeros(B, self.H)], 1)
         # gamma(y_t) * 1[t <= L]: where() so that even a NaN/inf future target cannot leak.
         endo = self.gamma(y.unsqueeze(-1))
         hist = (torch.arange(T, device=y.device) < self.L).view(1, T, 1)
