@@ -217,7 +217,7 @@ def test_works_from_inside_a_running_event_loop():
     assert r.ok and r.content == "from a loop"
 
 
-@settings(max_examples=300, deadline=2000)
+@settings(max_examples=150, deadline=2000)
 @given(
     st.one_of(
         st.binary(max_size=2000),
