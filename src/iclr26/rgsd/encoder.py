@@ -148,7 +148,7 @@ def contrastive_pretrain(
         if step % check_every == 0 or step == steps:
             stats = alignment_stats(encoder, motions)
             if log is not None:
-                log(step, loss=float(loss), **stats)
+                log(step, loss=float(loss.detach()), **stats)
             if stats["intra_cos"] >= target_intra_cos:
                 break
     encoder.eval()

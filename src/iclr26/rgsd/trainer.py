@@ -185,7 +185,7 @@ def _update_module(
             loss, st = mod.disc_loss(s2[idx], z[idx], _anchor_states(visited, bank, len(idx), cfg, gen))
         elif arm == "diayn":
             loss = mod.loss(s2[idx], z[idx])
-            st = {"disc_nll": float(loss)}
+            st = {"disc_nll": float(loss.detach())}
         else:
             loss, st = mod.loss(s[idx], s2[idx], z[idx])
         opt.zero_grad()
