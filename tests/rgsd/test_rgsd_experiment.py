@@ -37,7 +37,7 @@ def test_smoke_run_end_to_end(tmp_path):
 
 def test_smoke_is_deterministic(tmp_path):
     cfg = config_for("smoke")
-    opts = {"ppo.iterations": "1", "eval.best_of": "2"}
+    opts = {"ppo.iterations": "1", "eval.best_of": "2", "pretrain.steps": "20"}
     a = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path / "a", show_progress=False, options=opts)
     b = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path / "b", show_progress=False, options=opts)
     assert a.results["metrics"]["err"] == b.results["metrics"]["err"]
@@ -196,3 +196,14 @@ def test_wrapper_on_mujoco_if_installed():
         obs, r, term, trunc, _ = w.step(np.zeros((2, env.single_action_space.shape[0]), np.float32))
         assert r.shape == (2,) and torch.isfinite(r).all()
     env.close()
+
+
+@pytest.mark.slow
+def test_small_claim_run(tmp_path):
+    """The `small` claim run (minutes): every claim measured, the gate recorded, env steps/s reported."""
+    rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
+    assert all(c.measured is not None for c in rec.claims)
+    m = rec.results["metrics"]
+    assert isinstance(m["competence_gate"]["passed"], bool)
+    assert m["env_steps_per_arm"] == 128 * 40 * 100
+    assert m["env_steps_per_second"]["mean"] > 0

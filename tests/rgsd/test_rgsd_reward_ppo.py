@@ -249,3 +249,20 @@ def test_train_arm_smoke_all_arms():
         assert len(tr.curves) == 2 and tr.env_steps == 2 * 16 * 8
         for row in tr.curves:
             assert all(torch.isfinite(torch.tensor(v)) for k, v in row.items() if k != "reward_imitation")
+
+
+def test_metra_reward_and_dual_by_hand():
+    torch.manual_seed(0)
+    m = METRA(5, 3, hidden=(8,), eps=1e-3, lam_init=2.0)
+    s, s2 = torch.randn(10, 5), torch.randn(10, 5)
+    z = F.normalize(torch.randn(10, 3), dim=-1)
+    with torch.no_grad():
+        d = m.phi(s2) - m.phi(s)
+    assert torch.allclose(m.reward(s, s2, z), (d * z).sum(-1), atol=1e-6)
+    loss, st = m.loss(s, s2, z)
+    cst = torch.clamp(1 - (d**2).sum(-1), max=1e-3).mean()
+    assert st["metra_cst"] == pytest.approx(float(cst), rel=1e-5)
+    assert float(loss) == pytest.approx(float(-((d * z).sum(-1).mean() + 2.0 * cst) + 2.0 * cst), rel=1e-5)
+    # the dual step raises λ when the constraint is violated (cst < 0)
+    loss.backward()
+    assert (float(m.log_lam.grad) < 0) == (float(cst) < 0)
