@@ -381,3 +381,15 @@ def test_forecast_window_embedding_has_no_target_term():
         hid = torch.tanh(xc[:, L:].unsqueeze(-1) * e.con_w1 + e.con_b1)
         expect = expect + torch.einsum("btch,chd->btd", hid, e.con_w2) + e.con_b2.sum(0)
     assert torch.allclose(z[:, L:], expect, atol=1e-5)
+
+
+def test_pooling_is_the_learned_weighted_sum_over_time():
+    m = _model()
+    y, xd, xc = _batch(3)
+    w = torch.rand(L + H)
+    with torch.no_grad():
+        m.pool.copy_(w)
+        z = m.embed(y, xd, xc)
+        for layer in m.mixer:
+            z = layer(z)
+        assert torch.allclose(m.encode(y, xd, xc), (z * w.view(1, -1, 1)).sum(1), atol=1e-5)
