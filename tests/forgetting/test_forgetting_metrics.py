@@ -20,6 +20,8 @@ from iclr26.forgetting import (
     subspace_projector,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def simplex_etf(K: int, d: int, rng) -> np.ndarray:
     """K centred simplex-ETF class means in R^d (rows), each of norm 2."""
@@ -126,6 +128,18 @@ def test_nc1_grows_with_isotropic_noise():
     assert np.isfinite(out["snr"]) and out["snr"] > 50
 
 
+def test_snr_and_unbiased_variance_by_hand():
+    # class 0: {(0,0), (2,0)}, class 1: {(4,0), (4,2), (4,4)}
+    z = np.array([[0.0, 0.0], [2.0, 0.0], [4.0, 0.0], [4.0, 2.0], [4.0, 4.0]])
+    y = np.array([0, 0, 1, 1, 1])
+    out = nc_metrics(z, y, [0, 1])
+    var0, var1 = 2.0 / 1, 8.0 / 2  # unbiased: sum of squared deviations / (n_c - 1)
+    assert out["within_var"] == pytest.approx((var0 + var1) / 2)
+    mu0, mu1 = np.array([1.0, 0.0]), np.array([4.0, 2.0])
+    assert out["snr"] == pytest.approx(((mu1 - mu0) ** 2).sum() / (var0 + var1))  # 13 / 6
+    assert out["mean_norm"] == pytest.approx((1.0 + np.sqrt(20.0)) / 2)
+
+
 def test_multi_head_rank_is_n_times_k_minus_one():
     rng = np.random.default_rng(0)
     n, K, d = 3, 3, 16
@@ -146,6 +160,8 @@ def test_numerical_rank_on_constructed_covariances():
     # an eigenvalue below rtol * max is numerically zero
     assert numerical_rank(np.diag([1.0, 1e-8, 0.5])) == 2
     assert numerical_rank(np.diag([1.0, 1e-8, 0.5]), rtol=1e-10) == 3
+    # the tolerance is relative to the largest eigenvalue: a uniformly tiny covariance keeps its rank
+    assert numerical_rank(1e-9 * np.diag([1.0, 0.5, 0.2])) == 3
     # n samples -> sample covariance rank <= n - 1
     stats = buffer_population_stats(
         rng.standard_normal((500, 10)), np.zeros(500, int), rng.standard_normal((4, 10)), np.zeros(4, int), [0]

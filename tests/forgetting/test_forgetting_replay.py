@@ -20,7 +20,10 @@ from iclr26.forgetting import (
     run_continual,
     split_digits,
 )
-from iclr26.forgetting.replay import stream_batches
+from iclr26.forgetting.probe import LinearProbe
+from iclr26.forgetting.replay import SessionFeatures, deep_accuracies, er_loss, shallow_accuracy, stream_batches
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_data(seed=0, n_per_class=12, n_tasks=3, dim=6) -> ContinualData:
@@ -251,3 +254,52 @@ def test_bad_inputs_are_rejected():
     d = tiny_data()
     with pytest.raises(ValueError):  # task ids that disagree with the labels
         ContinualData(d.x_train, d.y_train, torch.zeros_like(d.t_train), d.x_test, d.y_test, d.t_test, d.task_classes)
+
+
+# ---------------------------------------------------------------- losses and evaluation heads
+
+
+def test_til_loss_uses_only_the_samples_own_head():
+    data = tiny_data()
+    torch.manual_seed(0)
+    net = ContinualNet(MLPFeatures(6, (16,), 4), data.n_classes, data.task_classes, multi_head=True)
+    x, y, t = data.x_train[[0, 30, 60]], data.y_train[[0, 30, 60]], data.t_train[[0, 30, 60]]
+    logits = net(x)
+    # hand: CE over the 2 units of each sample's task, label shifted into that block (official adjust_outputs)
+    hand = torch.stack(
+        [F.cross_entropy(logits[i, 2 * t[i] : 2 * t[i] + 2][None], (y[i] - 2 * t[i])[None]) for i in range(3)]
+    ).mean()
+    assert torch.allclose(er_loss(net, net, (x, y, t), "til"), hand)
+    assert torch.allclose(er_loss(net, net, (x, y, t), "cil"), F.cross_entropy(logits, y))
+    assert not torch.allclose(hand, F.cross_entropy(logits, y))
+
+
+def test_shallow_accuracy_masks_unseen_classes_in_cil_and_other_heads_in_til():
+    data = tiny_data()
+    net = ContinualNet(MLPFeatures(6, (16,), 4), data.n_classes, data.task_classes)
+    idx = data.task_indices(0, "test")
+    logits = np.zeros((len(data.y_test), data.n_classes))
+    logits[idx, data.y_test.numpy()[idx]] = 1.0  # the right class scores 1 ...
+    logits[idx, 5] = 2.0  # ... but a class of task 2 scores 2
+    logits[idx, 2] = 1.5  # and a class of task 1 scores 1.5
+    assert shallow_accuracy(net, data, logits, session=0, task=0, setting="cil") == 1.0  # only task 0 seen
+    assert shallow_accuracy(net, data, logits, session=1, task=0, setting="cil") == 0.0  # task 1's unit wins
+    assert shallow_accuracy(net, data, logits, session=2, task=0, setting="til") == 1.0  # own head only
+
+
+def test_cil_probe_is_fit_on_every_seen_task_and_til_probes_per_task():
+    data = tiny_data()
+    rng = np.random.default_rng(0)
+    feats = SessionFeatures(rng.standard_normal((len(data.y_train), 3)), None, rng.standard_normal((24, 3)), None)
+    fits = []
+
+    class Recorder(LinearProbe):
+        def fit(self, z, y):
+            fits.append(sorted(set(np.asarray(y).tolist())))
+            return super().fit(z, y)
+
+    deep_accuracies(data, feats, 2, "cil", Recorder)
+    assert fits == [[0, 1, 2, 3, 4, 5]]  # one probe over all seen classes, full training sets
+    fits.clear()
+    out = deep_accuracies(data, feats, 1, "til", Recorder)
+    assert fits == [[0, 1], [2, 3]] and np.isnan(out[2])

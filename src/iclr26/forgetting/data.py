@@ -326,7 +326,8 @@ def find_cifar(root: str | Path) -> tuple[str, Path] | None:
 def _cifar_torchvision(name: str, root: Path, train: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """torchvision's dataset class (download off); None when torchvision cannot be imported.
 
-    Its md5 check is replaced by a presence check, so the same code reads a subset in the same layout.
+    Its md5 checks are replaced by a presence check (and its class-name meta file is not read), so
+    the same code reads a subset of the files in the same layout.
     """
     try:
         from torchvision.datasets import CIFAR10, CIFAR100
@@ -336,8 +337,11 @@ def _cifar_torchvision(name: str, root: Path, train: bool) -> tuple[np.ndarray, 
     folder, tr_files, te_files, _ = CIFAR_LAYOUT[name]
 
     class _Local(base):
-        def _check_integrity(self) -> bool:
+        def _check_integrity(self) -> bool:  # presence instead of torchvision's md5 of the full files
             return all((Path(self.root) / folder / f).is_file() for f in (tr_files if self.train else te_files))
+
+        def _load_meta(self) -> None:  # class names are not used (and the meta file is md5-checked)
+            self.classes, self.class_to_idx = [], {}
 
     ds = _Local(str(root), train=train, download=False)
     return np.asarray(ds.data).transpose(0, 3, 1, 2), np.asarray(ds.targets, dtype=np.int64)
