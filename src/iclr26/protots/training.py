@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,8 @@ def fit_windows(
 ) -> dict[str, Any]:
     """Train ``model`` for ``stage.epochs`` passes with Adam (core.train.fit, no weight decay, warmup then
     cosine), evaluate validation MAE after every epoch and restore the best epoch's weights."""
+    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"  # one GPU per torchrun rank
     model.to(device)
     train, val = _to(train, device), _to(val, device)
     n = len(train)
