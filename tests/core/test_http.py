@@ -202,8 +202,9 @@ def test_unserialisable_request_and_bad_configs():
     for bad in ("ftp://h/v1", "127.0.0.1:8000/v1", "http:///v1", "http://user:pw@h/v1", None):
         with pytest.raises(ValueError):
             ChatClient(bad)
-    with pytest.raises(ValueError):
-        ChatClient("http://h/v1", deadline_s=0)
+    for deadline in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            ChatClient("http://h/v1", deadline_s=deadline)
 
 
 def test_works_from_inside_a_running_event_loop():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -119,8 +120,8 @@ class ChatClient:
             raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {self.base_url!r}")
         if parts.username or parts.password:
             raise ValueError("base_url must not contain credentials; pass the key as api_key")
-        if not self.deadline_s > 0 or self.max_body_bytes < 1:
-            raise ValueError("need deadline_s > 0 and max_body_bytes >= 1")
+        if not 0 < self.deadline_s < math.inf or self.max_body_bytes < 1:
+            raise ValueError("need a finite deadline_s > 0 and max_body_bytes >= 1")
 
     @property
     def url(self) -> str:
