@@ -420,3 +420,22 @@ def test_without_the_kernel_layer_nothing_runs_unless_named(unharmed):
     assert kernel == [False, "IsolationUnavailable", None, ""]
     assert python_only == [True, None, "python-only", "ran\n"]
     assert server == [False, "IsolationUnavailable", None, ""]
+
+
+def test_escape_through_the_vtool_executor_is_refused(unharmed):
+    """The original route: model output -> a fenced python block -> ToolExecutor -> the sandbox."""
+    from PIL import Image
+
+    from iclr26.vtool_r1.executor import ToolExecutor
+
+    code = (
+        "import functools\n"
+        f"def g(x: {f'open({str(unharmed)!r}, chr(119)).write(chr(120))'!r}):\n"
+        "    return 1\n"
+        "functools.singledispatch(len).register(g)\n"
+        "display(image_1)\n"
+    )
+    ex = ToolExecutor(mode="sandbox", limits=SandboxLimits(timeout_s=5.0))
+    res = ex.execute(code, Image.new("RGB", (8, 8)), {})
+    assert not res.ok and res.image is None and res.path == "sandbox"
+    assert res.error == ("SecurityViolation" if KERNEL_WHY is None else "IsolationUnavailable"), res
