@@ -183,3 +183,12 @@ def test_imf_solver_reduces_terminal_error():
     imf.fit(src, tgt, n_outer=1, inner_steps=150, n_particles=64, lr=3e-3)
     after = exact_w2(imf.sample(x0, gen), tgt(200, gen))
     assert after < 0.5 * before
+
+
+def test_benchmark_functions_run_tiny():
+    from iclr26.ncgsb.bench import step_time_slope, time_to_w2
+
+    res = time_to_w2(0, FitConfig(steps=20, n_particles=32), imf_budget_outer=2, imf_inner=10, n_eval=50)
+    assert res["cwg_cpu_s"] > 0 and len(res["imf_w2_curve"]) >= 1 and np.isfinite(res["cwg_terminal_w2"])
+    sl = step_time_slope(ns=(16, 32), steps=2)
+    assert len(sl["seconds_per_step"]) == 2 and np.isfinite(sl["loglog_slope"])

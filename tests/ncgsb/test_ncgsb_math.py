@@ -148,3 +148,11 @@ def test_step_costs_kinds():
     assert abs(float(sk) - 0.25) < 0.02
     with pytest.raises(ValueError, match="step_cost"):
         step_costs(path, "emd")
+
+
+def test_fisher_term_constant():
+    # B̂ = σ⁴/8 · mean|ŝ|² (σ = 2 distinguishes σ⁴ from σ²)
+    torch.manual_seed(0)
+    x = torch.randn(100, 2)
+    want = 2.0**4 / 8 * (kde_score(x) ** 2).sum(-1).mean()
+    assert torch.allclose(fisher_term(x, 2.0), want)
