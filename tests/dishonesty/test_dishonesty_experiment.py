@@ -163,6 +163,7 @@ def test_instructed_probe_calls_dishonest_positive():
     world, model = _tiny_world_and_model()
     probe, layer, sweep, sep = _fit_instructed_probe(model, world, EvalConfig(), ProbeConfig(), seed=0)
     assert set(sweep) == {1, 2} and sep > 0
+    assert probe.intercept_ == 0.0 and probe.config == ProbeConfig(C=0.1, standardize=True, fit_intercept=False)
     items = [it for pair in world.instructed_pairs(range(24), seed=9) for it in pair]
     acts, mask = _teacher_forced(model, world, [it.prompt for it in items], [it.response for it in items], [layer], 1)
     s = probe.score_response(acts[layer], mask)
