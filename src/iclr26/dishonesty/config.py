@@ -28,6 +28,7 @@ class EvalConfig:
     n_monitor_train: ground-truth responses used to train each output monitor.
     temperature: sampling temperature of the toy model (T = 1).
     max_new_tokens: generation budget of the toy model (a math answer is 7 tokens).
+    layer_sweep: diagnostic: also steer at every layer with that layer's probe (alpha = -2, +2; not part of C3).
     """
 
     n_harmful: int = 600
@@ -41,6 +42,7 @@ class EvalConfig:
     n_monitor_train: int = 2000
     temperature: float = 1.0
     max_new_tokens: int = 7
+    layer_sweep: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ files (see ``paper_scale.py``).
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import torch
@@ -86,6 +86,25 @@ def _fit_instructed_probe(model, world, ecfg: EvalConfig, pcfg: ProbeConfig, see
     X, tok_y = select_tokens(acts[layer], mask), _token_labels(y, mask)
     probe = DeceptionProbe.from_config(pcfg).fit(X, tok_y)
     return probe, layer, sweep, class_separation(probe, X, tok_y)
+
+
+def _layer_steering_sweep(model, world, rows, twin, ecfg: EvalConfig, pcfg: ProbeConfig, seed: int) -> dict:
+    """Diagnostic, not part of C3: the instructed probe refitted at *every* layer, and the lie rate and
+    harmless accuracy when steering at that layer with alpha = -2, +2 x that layer's separation."""
+    items = [it for pair in world.instructed_pairs(range(world.cfg.n_entities), seed=seed) for it in pair]
+    y = np.array([1 if it.persona == "dishonest" else 0 for it in items])
+    layers = list(range(1, model.cfg.n_layers + 1))
+    acts, mask = _teacher_forced(
+        model, world, [it.prompt for it in items], [it.response for it in items], layers, ecfg.exclude_last
+    )
+    diag_cfg = replace(ecfg, alphas=(-2.0, 2.0), extra_alphas=())
+    out = {}
+    for L in layers:
+        X, tok_y = select_tokens(acts[L], mask), _token_labels(y, mask)
+        probe = DeceptionProbe.from_config(pcfg).fit(X, tok_y)
+        st = _steering(model, world, rows, twin, probe, L, class_separation(probe, X, tok_y), diag_cfg, seed)
+        out[L] = {"lie_rate": st["lie_rate"], "harmless_acc": st["harmless_acc"]}
+    return out
 
 
 def _labels(world, harmful_resps, twin_resps, rows):
@@ -243,6 +262,8 @@ def run_seed(seed: int, cfg: RunConfig, progress: bool = False, log=None) -> dic
     m["steer_lie_rate"] = {a: v for a, v in st["lie_rate"].items() if a in main}
     m["steer_harmless_acc"] = {a: v for a, v in st["harmless_acc"].items() if a in main}
     m["steer_invalid_rate"] = {a: v for a, v in st["invalid_rate"].items() if a in main}
+    if ecfg.layer_sweep:
+        m["steer_layer_sweep"] = _layer_steering_sweep(model, world, rows, twin, ecfg, cfg.probe, seed)
     m["_scores"] = {
         "lie": s_harm[lie].tolist(),
         "truth": s_harm[truth].tolist(),
@@ -456,6 +477,19 @@ def summarise(ctx: RunContext, per_seed: list[dict], config: dict) -> RunOutput:
             ],
         ),
     }
+    if all("steer_layer_sweep" in m for m in per_seed):
+        sweep_rows = []
+        for L in sorted(per_seed[0]["steer_layer_sweep"]):
+            cells = [per_seed_m["steer_layer_sweep"][L] for per_seed_m in per_seed]
+            sweep_rows.append(
+                [L]
+                + [float(np.mean([c["lie_rate"][a] for c in cells])) for a in (-2.0, 2.0)]
+                + [float(np.mean([c["harmless_acc"][a] for c in cells])) for a in (-2.0, 2.0)]
+            )
+        metrics["steer_layer_sweep_mean"] = sweep_rows
+        tables["Steering at every layer (diagnostic, not part of C3; seed means)"] = markdown_table(
+            ["layer", "lie rate a=-2", "lie rate a=+2", "harmless acc a=-2", "harmless acc a=+2"], sweep_rows
+        )
     notes = [
         "Planted toy world: shows the detection/steering machinery and the output-monitor blind spot, "
         "not that models develop the propensity.",
