@@ -285,6 +285,11 @@ def test_shallow_accuracy_masks_unseen_classes_in_cil_and_other_heads_in_til():
     assert shallow_accuracy(net, data, logits, session=0, task=0, setting="cil") == 1.0  # only task 0 seen
     assert shallow_accuracy(net, data, logits, session=1, task=0, setting="cil") == 0.0  # task 1's unit wins
     assert shallow_accuracy(net, data, logits, session=2, task=0, setting="til") == 1.0  # own head only
+    idx1 = data.task_indices(1, "test")
+    logits[idx1, data.y_test.numpy()[idx1]] = 1.0
+    logits[idx1, 0] = 2.0  # a class of task 0 outscores task 1's own units
+    assert shallow_accuracy(net, data, logits, session=2, task=1, setting="til") == 1.0
+    assert shallow_accuracy(net, data, logits, session=2, task=1, setting="cil") == 0.0
 
 
 def test_cil_probe_is_fit_on_every_seen_task_and_til_probes_per_task():
