@@ -365,3 +365,33 @@ def test_overhead_benchmark_runs():
     one_shot, server, ratio = mod.bench_sandbox(repeats=1, calls=2, isolation=MODE)
     assert one_shot > 0 and server > 0 and math.isfinite(ratio) and ratio > 0
     assert os.getpid() > 0
+
+
+# ----------------------------------------------------------------------------------------- wire fuzzing
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=4)
+        | st.frozensets(st.integers(), max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_VALUES)
+def test_wire_roundtrips_plain_values(value):
+    assert sandbox_wire.decode(sandbox_wire.encode(value)) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.sampled_from([b"", b"l", b"d", b"a", b"g", b"S", b"t"]))
+def test_decoding_arbitrary_bytes_is_a_result_or_bad_result(data, prefix):
+    res = sandbox._decode_frame(prefix + data, SandboxLimits(), "kernel")
+    assert isinstance(res, SandboxResult) and (res.ok or res.error in sandbox.ERROR_KINDS)
