@@ -195,3 +195,26 @@ def test_scores_are_clipped_at_one_minus_eps():
     # below the clip the score is evaluated at t itself
     t = torch.full((16,), 0.5)
     assert torch.allclose(grad_f(x, t), -0.4 * (prev.score(x, t) - 0.5 * pre.score(x, t)), atol=1e-5)
+
+
+def test_oracle_anchors_each_call(monkeypatch):
+    """Which model each Adjoint Matching call is anchored on: expand of iteration k on pi_{k-1} (= pi after
+    iteration k - 1; = the pre-trained model for k = 1), project on the post-expansion snapshot Q~_k."""
+    import iclr26.flow_expander.expander as fe_mod
+
+    calls = []
+    real = fe_mod.adjoint_matching
+
+    def spy(fine, base, grad_r, grad_f, cfg, gen, log=None):
+        calls.append((params(fine).clone(), params(base).clone(), grad_f is not None))
+        return real(fine, base, grad_r, grad_f, cfg, gen, log=log)
+
+    monkeypatch.setattr(fe_mod, "adjoint_matching", spy)
+    torch.manual_seed(0)
+    model = Residual([0.0, 0.0], [0.5, 0.5])
+    flow_expansion(model, EllipseVerifier(), method_config("G-FE", K=2, expand_am=TINY, project_am=TINY), seed=0)
+    assert len(calls) == 4  # (expand, project) x 2
+    (f1e, b1e, _), (f1p, b1p, _), (f2e, b2e, _), (f2p, b2p, _) = calls
+    assert torch.equal(b1e, params(model)) and torch.equal(f1e, params(model))
+    assert torch.equal(b1p, f1p) and torch.equal(b2p, f2p)  # project anchor = Q~_k
+    assert not torch.equal(b2e, params(model)) and torch.equal(b2e, f2e)  # pi_1 <- pi after iteration 1

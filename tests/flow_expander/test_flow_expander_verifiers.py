@@ -157,3 +157,21 @@ def test_conformer_generation_samples_the_torsion_range():
     free = generate_conformers("OCCO", 60, seed=0, source="etkdg", dihedral_range=None)
     assert np.ptp(dihedral(free, (0, 1, 2, 3))) > 60.0  # more than one basin
     assert np.allclose(tor.mean(1), 0.0, atol=1e-9)  # centred
+
+
+def test_rdkit_verifier_rejects_a_permuted_bond_graph():
+    """Swapping an H of C1 with an H of C2 gives the same molecule (sanitises, same SMILES) but the wrong
+    atom-to-atom bond graph: only the bond-graph check catches it."""
+    pytest.importorskip("rdkit")
+    from iclr26.flow_expander.conformer import RDKitConformerVerifier, generate_conformers
+
+    pos = generate_conformers("OCCO", 10, 0, source="etkdg", dihedral_range=None)
+    ver = RDKitConformerVerifier("OCCO")
+    h_on_c1 = [j for i, j in sorted(ver.ref_bonds) if i == 1 and ver.elements[j] == 1][0]
+    h_on_c2 = [j for i, j in sorted(ver.ref_bonds) if i == 2 and ver.elements[j] == 1][0]
+    swapped = pos.copy()
+    swapped[:, [h_on_c1, h_on_c2]] = pos[:, [h_on_c2, h_on_c1]]
+    x = torch.tensor(pos.reshape(len(pos), -1), dtype=torch.float32)
+    xs = torch.tensor(swapped.reshape(len(pos), -1), dtype=torch.float32)
+    assert ver.hard(x).all()
+    assert ver.weak.hard(xs).all() and not ver.hard(xs).any()

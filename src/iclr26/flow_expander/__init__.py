@@ -14,13 +14,15 @@ Implemented:
     ``conformer``);
   * metrics: Kozachenko-Leonenko and histogram entropy, coverage, Vendi (``metrics``);
   * an exact finite-state FE reference (``discrete``) used by the tests;
-  * the experiment: tasks T1/T2 (claims C1/C2) and the conformer task T3 / paper-scale path.
+  * the experiment: tasks T1/T2 (claims C1/C2) and the conformer task T3 (claim C3) / paper-scale path,
+    configured by one frozen dataclass tree per scale (``config``).
 
 Not implemented: the DDPO/PPO projection for non-differentiable verifiers, FlowMol / GEOM
 checkpoints (no local copy), the augmented-Lagrangian variant of the initial official commit.
 """
 
 from .adjoint_matching import AMConfig, adjoint_matching, adjoint_matching_loss, lean_adjoint
+from .config import ConformerConfig, MethodSettings, RunConfig, T1Methods, T2Methods, ToyConfig, config_for
 from .discrete import discrete_expand, discrete_flow_expansion, discrete_project
 from .expander import FEConfig, FEResult, entropy_reward_grads, flow_expansion, frozen_copy, method_config
 from .flow import (
@@ -52,6 +54,13 @@ from .verifiers import (
 )
 
 __all__ = [
+    "ConformerConfig",
+    "MethodSettings",
+    "RunConfig",
+    "T1Methods",
+    "T2Methods",
+    "ToyConfig",
+    "config_for",
     "AMConfig",
     "adjoint_matching",
     "adjoint_matching_loss",
