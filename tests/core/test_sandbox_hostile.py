@@ -439,3 +439,19 @@ def test_escape_through_the_vtool_executor_is_refused(unharmed):
     res = ex.execute(code, Image.new("RGB", (8, 8)), {})
     assert not res.ok and res.image is None and res.path == "sandbox"
     assert res.error == ("SecurityViolation" if KERNEL_WHY is None else "IsolationUnavailable"), res
+
+
+@needs_kernel
+def test_detached_process_dies_with_the_call():
+    import test_sandbox_spawner as spawner
+
+    res = run_untrusted("result = s()", tools={"s": f"{spawner.__name__}:spawned"}, isolation="kernel", limits=FAST)
+    assert res.ok and res.value.startswith("alive: "), res  # it ran, detached, during the call
+    assert _marker_pids(spawner.MARKER) == []  # and the PID namespace took it down with the call
+
+
+def test_kernel_layer_is_available_or_cleanly_refused():
+    """Skipping the kernel tests is only right when the kernel refuses namespaces, never when our set-up breaks."""
+    assert KERNEL_WHY is None or KERNEL_WHY.startswith("IsolationUnavailable: kernel isolation is unavailable"), (
+        KERNEL_WHY
+    )
