@@ -30,6 +30,7 @@ def test_block_index_rounds():
     bridge = CWGBridge(2, CWGConfig(n_blocks=10, hidden=4))
     assert [bridge.block_index(k / 10) for k in range(11)] == list(range(11))
     assert bridge.block_index(0.6) == 6 and bridge.block_index(0.7) == 7
+    assert bridge.block_index(0.29) == 3 and bridge.block_index(0.96) == 10  # nearest block, not truncation
     with pytest.raises(ValueError, match="outside"):
         bridge.block_index(1.2)
 
@@ -192,3 +193,26 @@ def test_benchmark_functions_run_tiny():
     assert res["cwg_cpu_s"] > 0 and len(res["imf_w2_curve"]) >= 1 and np.isfinite(res["cwg_terminal_w2"])
     sl = step_time_slope(ns=(16, 32), steps=2)
     assert len(sl["seconds_per_step"]) == 2 and np.isfinite(sl["loglog_slope"])
+
+
+def test_geo_ramp_two_stage_schedule():
+    from iclr26.ncgsb.bridge import geo_ramp
+
+    assert geo_ramp(0, 30, 0.1) == pytest.approx(0.1)
+    assert geo_ramp(15, 30, 0.1) == pytest.approx(0.55)
+    assert geo_ramp(30, 30, 0.1) == 1.0 and geo_ramp(400, 30, 0.1) == 1.0
+
+
+def test_push_calibrated_to_the_target_error():
+    from iclr26.ncgsb.baselines import calibrate_push
+
+    torch.manual_seed(0)
+    bridge = CWGBridge(2, CWGConfig(n_blocks=4, hidden=8))
+    for blk in bridge.blocks:
+        torch.nn.init.normal_(blk[-1].weight, std=0.2)
+    x0, y = torch.randn(50, 2), torch.tensor([0.0, 2.5])
+    err0 = float((bridge.path(x0)[2] - y).norm(dim=-1).mean())
+    alpha = calibrate_push(0.4, err0)
+    pushed = sampler_push(bridge, x0, 2, y, alpha)
+    assert float((pushed[2] - y).norm(dim=-1).mean()) == pytest.approx(0.4, rel=1e-5)
+    assert calibrate_push(5.0, 1.0) == 0.0

@@ -83,6 +83,14 @@ def sampler_push(
     return torch.stack(path)
 
 
+def calibrate_push(err_target: float, err_unguided: float) -> float:
+    """α of :func:`sampler_push` (f = identity) giving guidance error ``err_target``:
+    ``‖y − X^s − α(y − X^s)‖ = (1 − α)‖y − X^s‖`` per particle, so ``α = 1 − err_target/err_unguided``."""
+    if err_unguided <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - err_target / err_unguided)))
+
+
 class IMFBridge(nn.Module):
     """A small iterative-Markovian-fitting (DSBM-style) Schrödinger-bridge solver for timing comparisons.
 

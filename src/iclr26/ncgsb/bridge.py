@@ -345,7 +345,7 @@ class CWGBridge(nn.Module):
         hist = FitHistory()
         device = device or next(self.parameters()).device
         for step in range(steps):
-            mult = fit.ramp_start + (1 - fit.ramp_start) * min(1.0, step / ramp) if guide is None else 1.0
+            mult = geo_ramp(step, ramp, fit.ramp_start) if guide is None else 1.0
             x0 = src(fit.n_particles, gen).to(device)
             batch = {k: s(fit.n_particles, gen).to(device) for k, s in targets.items()}
             loss, parts = self.loss(x0, batch, mult, guide)
@@ -403,6 +403,11 @@ class CWGBridge(nn.Module):
                 raise ValueError(f"snapshot at t = {t} falls on block {k}, which already has a target")
             targets[k] = as_sampler(data, f"snapshot t={t}")
         return targets
+
+
+def geo_ramp(step: int, ramp_steps: int, start: float) -> float:
+    """Two-stage schedule: the λ_geo multiplier rises linearly from ``start`` to 1 over ``ramp_steps``, then stays 1."""
+    return start + (1.0 - start) * min(1.0, step / max(1, ramp_steps))
 
 
 def kinetic_per_block(path: torch.Tensor) -> np.ndarray:

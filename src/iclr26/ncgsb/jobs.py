@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iclr26.ncgsb.baselines import sampler_push
+from iclr26.ncgsb.baselines import calibrate_push, sampler_push
 from iclr26.ncgsb.bridge import CWGBridge, displacement_fraction, kinetic_per_block
 from iclr26.ncgsb.config import RunConfig
 from iclr26.ncgsb.ot import exact_w2
@@ -128,8 +128,7 @@ def _task_b(cfg: RunConfig, seed: int) -> dict:
         out["guided"][float(lam)] = measure(p_g)
         out["paths"][f"guided λ={lam:g}"] = p_g[:, :N_PLOT].numpy()
     best = min(out["guided"], key=lambda k: out["guided"][k]["err"])
-    # push calibrated to the guided error: err_push = (1 − α)·err_unguided  ⇒  α = 1 − err_guided/err_unguided
-    alpha = float(np.clip(1 - out["guided"][best]["err"] / out["unguided"]["err"], 0.0, 1.0))
+    alpha = calibrate_push(out["guided"][best]["err"], out["unguided"]["err"])
     p_push = sampler_push(base, x0, s, tb.waypoint, alpha)
     out.update(best_lambda=best, alpha=alpha, push=measure(p_push))
     out["paths"]["sampler push"] = p_push[:, :N_PLOT].numpy()
