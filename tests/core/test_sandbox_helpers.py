@@ -37,6 +37,9 @@ def escaped(action: str, arg=None) -> str:
             with open(arg, "w") as f:
                 f.write("escaped")
             return "ok: wrote"
+        if action == "read":
+            with open(arg, "rb") as f:
+                return f"ok: {len(f.read())} bytes"
         if action == "mkdir":
             os.mkdir(arg)
             return "ok: made"

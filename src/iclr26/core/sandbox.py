@@ -9,20 +9,22 @@ anything the child chose or accept a result the harness did not produce. Callers
 
 Layers, outermost first (``isolation="kernel"``, the default):
 
-1. Kernel (:mod:`iclr26.core.sandbox_kernel`, Linux x86_64 with user/mount/PID/net namespaces and
-   seccomp; works as root or, with unprivileged user namespaces, as any user): the child runs in fresh
-   mount, network, PID, IPC and UTS namespaces. No network at all (a new network namespace, and no
-   socket syscalls); every mount read-only and nosuid, with a private size-capped tmpfs on /tmp as the
-   only writable place (the work dir: ``max_disk_bytes``); a fresh /proc that shows only the sandbox's
-   processes. The code runs in a worker whose PID-namespace init dies with it, so every process the
-   code could start dies with the call; the caller also SIGKILLs the whole process group at the
-   deadline. The worker has no capabilities, ``no_new_privs`` and a seccomp filter (hand-written BPF)
-   that refuses fork/vfork/execve/execveat, clone without CLONE_THREAD, clone3, socket/socketpair/connect/
-   bind/listen/accept, ptrace, kill/tkill/tgkill aimed at any other process, mount/unshare/setns/chroot,
-   setsid/setpgid, bpf, io_uring, keyrings and the like. Where this layer cannot be set up (another OS
-   or architecture, a container without namespaces), nothing runs: the result is ``IsolationUnavailable``
-   unless the caller names the weaker mode, ``isolation="python-only"`` (or the environment variable
-   ``ICLR26_SANDBOX_ISOLATION=python-only``). :attr:`SandboxResult.isolation` says which mode ran.
+1. Kernel (:mod:`iclr26.core.sandbox_kernel`, Linux x86_64 with user/mount/PID/net namespaces and seccomp;
+   works as root or, with unprivileged user namespaces, as any user): the child runs in fresh mount,
+   network, PID, IPC and UTS namespaces. No network at all (a new network namespace, and no socket
+   syscalls); every mount read-only and nosuid, with a private size-capped tmpfs on /tmp as the only
+   writable place (the work dir: ``max_disk_bytes``); /etc/shadow-like files and every entry of the home
+   directories that is not on the import path (keys, tokens, shell history) mounted over with empty ones;
+   a fresh /proc that shows only the sandbox's processes. The code runs in a worker whose PID-namespace
+   init dies with it, so every process the code could start dies with the call; the caller also SIGKILLs
+   the whole process group at the deadline. The worker has no capabilities, ``no_new_privs`` and a seccomp
+   filter (hand-written BPF) that refuses fork/vfork/execve/execveat, clone without CLONE_THREAD, clone3,
+   socket/socketpair/connect/bind/listen/accept, ptrace, kill/tkill/tgkill aimed at any other process,
+   mount/unshare/setns/chroot, setsid/setpgid, bpf, io_uring, keyrings and the like. Where this layer
+   cannot be set up (another OS or architecture, a container without namespaces), nothing runs: the result
+   is ``IsolationUnavailable`` unless the caller names the weaker mode, ``isolation="python-only"`` (or
+   the environment variable ``ICLR26_SANDBOX_ISOLATION=python-only``). :attr:`SandboxResult.isolation`
+   says which mode ran.
 2. rlimits: RLIMIT_AS=memory_mb, RLIMIT_CPU (per call), RLIMIT_FSIZE (SIGXFSZ ignored, so an oversized
    write raises OSError), RLIMIT_CORE=0, RLIMIT_NOFILE=64 (and RLIMIT_NPROC=0 in python-only mode).
 3. Static check (in the child, under the timeout and limits; the parent does not parse the source, it
@@ -52,8 +54,11 @@ every step); it is killed and replaced after any violation, timeout, crash, memo
 
 Known limits: the kernel layer bounds what escaped code can do to the machine, not what result it
 reports (the harness runs in the same process, so fully escaped code can fake its own result; the
-Python layers are what keep code from escaping). Files readable by the caller's user stay readable at the
-kernel level (the Python layers refuse reads outside the work dir and the import path). Without the
+Python layers are what keep code from escaping). Apart from the hidden paths, files readable by the
+caller's user stay readable at the kernel level (the Python layers refuse reads outside the work dir and the
+import path); as root, the worker keeps uid 0 without capabilities, so it cannot write anything outside
+/tmp, but can read root-owned files that are not hidden. The kernel layer is tested as root; the
+unprivileged path (a user namespace) follows the same code but was not exercised here. Without the
 kernel layer (python-only), an escape from the Python layers reaches the caller's user rights. Memory of
 the private /tmp counts against the machine, not RLIMIT_AS (it is capped by ``max_disk_bytes``). For
 hostile code at scale, still run the whole job inside a container or VM with its own user.

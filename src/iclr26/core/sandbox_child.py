@@ -544,7 +544,8 @@ def _setup(cfg: dict) -> tuple[dict, tuple[str, str] | None]:
     """Kernel layer (kernel mode), tools, lock-down. Returns (tools, None) or ({}, (kind, message))."""
     if cfg["mode"] == "kernel":
         try:
-            kernel.enter_namespaces(cfg["disk"])
+            keep = [*cfg["sys_path"], sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable]
+            kernel.enter_namespaces(cfg["disk"], tuple(p for p in keep if p))
         except Exception as e:
             return {}, (
                 "IsolationUnavailable",

@@ -177,10 +177,35 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def enter_namespaces(tmpfs_bytes: int, tmpfs_inodes: int = 4096) -> None:
+def _hide(libc: ctypes.CDLL, keep: tuple[str, ...]) -> None:
+    """Mount over what escaped code has no business reading: /etc/shadow-like files and every entry of the
+    home directories (/root, /home/*) that is not on the way to a ``keep`` path (the import path)."""
+    targets = [p for p in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers") if os.path.isfile(p)]
+    homes = ["/root"] + [os.path.join("/home", h) for h in (os.listdir("/home") if os.path.isdir("/home") else [])]
+    for home in homes:
+        try:
+            entries = os.listdir(home)
+        except OSError:
+            continue
+        for name in entries:
+            full = os.path.join(home, name)
+            if not any(k == full or k.startswith(full + os.sep) for k in keep) and not os.path.islink(full):
+                targets.append(full)
+    for path in targets:
+        if os.path.isdir(path):
+            ret = libc.mount(
+                b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, b"size=4k"
+            )
+        else:
+            ret = libc.mount(b"/dev/null", path.encode(), None, 0x1000, None)  # MS_BIND
+        _check(ret, f"mount over {path}")
+
+
+def enter_namespaces(tmpfs_bytes: int, keep: tuple[str, ...] = (), tmpfs_inodes: int = 4096) -> None:
     """Called by ``outer``: new user (when not root), mount, network, PID, IPC and UTS namespaces; then
-    every mount made private, read-only and nosuid (recursively), and a fresh size-capped tmpfs on /tmp
-    (the only writable place, which becomes the work dir). The PID namespace applies to children only."""
+    every mount made private, read-only and nosuid (recursively), secrets hidden (:func:`_hide`), and a
+    fresh size-capped tmpfs on /tmp (the only writable place, which becomes the work dir). The PID namespace
+    applies to children only."""
     why = supported_platform()
     if why:
         raise KernelUnavailable(why)
@@ -208,6 +233,7 @@ def enter_namespaces(tmpfs_bytes: int, tmpfs_inodes: int = 4096) -> None:
         ),
         "mount_setattr(/, read-only, private, recursive)",
     )
+    _hide(libc, tuple(os.path.realpath(k) for k in keep))
     opts = f"size={max(int(tmpfs_bytes), 4096)},nr_inodes={int(tmpfs_inodes)},mode=0700".encode()
     _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount(tmpfs on /tmp)")
 
