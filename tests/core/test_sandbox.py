@@ -335,11 +335,18 @@ def test_server_recovers_from_timeouts_and_crashes():
 
 
 def test_server_cpu_limit_is_per_call():
-    """RLIMIT_CPU is set afresh before each call, so many cheap calls never add up to a CPU timeout."""
-    src = "def spin():\n    x = 0\n    for i in range(300_000):\n        x += i\n    return x"
-    with SandboxServer(src, isolation=MODE, limits=SandboxLimits(timeout_s=1.0)) as srv:
-        for _ in range(12):
-            assert srv.call("spin").ok
+    """RLIMIT_CPU is set afresh before each call (soft = CPU used so far + the per-call budget), so a long-lived
+    server never runs into the CPU used by earlier calls."""
+    src = (
+        "def burn(seconds):\n    while use(0).ru_utime + use(0).ru_stime < seconds:\n        pass\n"
+        "def headroom():\n    u = use(0)\n    return lim(0)[0] - (u.ru_utime + u.ru_stime)\n"
+    )
+    tools = {"use": "resource:getrusage", "lim": "resource:getrlimit"}
+    limits = SandboxLimits(timeout_s=6.0)
+    with SandboxServer(src, tools=tools, isolation=MODE, limits=limits) as srv:
+        assert srv.call("burn", 1.2).ok
+        budget = int(limits.timeout_s) + 2
+        assert srv.call("headroom").value >= budget - 1  # would be below it with soft = budget after 1.2 s
         assert srv.restarts == 0
 
 
