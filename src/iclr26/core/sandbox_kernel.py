@@ -201,9 +201,31 @@ def _hide(libc: ctypes.CDLL, keep: tuple[str, ...]) -> None:
         _check(ret, f"mount over {path}")
 
 
+def _minimal_dev(libc: ctypes.CDLL) -> None:
+    """Replace /dev by a read-only tmpfs holding only null, zero, full, random and urandom (bind mounts of the
+    real nodes): a read-only mount does not stop writes *through* a device node (a disk, a tty)."""
+    names = [n for n in ("null", "zero", "full", "random", "urandom") if os.path.exists(f"/dev/{n}")]
+    fds = {n: os.open(f"/dev/{n}", os.O_PATH) for n in names}
+    try:
+        _check(libc.mount(b"tmpfs", b"/dev", b"tmpfs", MS_NOSUID | MS_NOEXEC, b"size=64k,mode=0755"), "mount(/dev)")
+        for n, fd in fds.items():
+            os.close(os.open(f"/dev/{n}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _check(
+                libc.mount(f"/proc/self/fd/{fd}".encode(), f"/dev/{n}".encode(), None, 0x1000, None), f"bind /dev/{n}"
+            )  # MS_BIND
+        _check(
+            libc.mount(None, b"/dev", None, 32 | MS_RDONLY | MS_NOSUID | MS_NOEXEC, None),  # MS_REMOUNT
+            "remount /dev read-only",
+        )
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
 def enter_namespaces(tmpfs_bytes: int, keep: tuple[str, ...] = (), tmpfs_inodes: int = 4096) -> None:
     """Called by ``outer``: new user (when not root), mount, network, PID, IPC and UTS namespaces; then
-    every mount made private, read-only and nosuid (recursively), secrets hidden (:func:`_hide`), and a
+    every mount made private, read-only and nosuid (recursively), secrets hidden (:func:`_hide`), a /dev
+    with only null/zero/full/random/urandom (:func:`_minimal_dev`), and a
     fresh size-capped tmpfs on /tmp (the only writable place, which becomes the work dir). The PID namespace
     applies to children only."""
     why = supported_platform()
@@ -234,6 +256,7 @@ def enter_namespaces(tmpfs_bytes: int, keep: tuple[str, ...] = (), tmpfs_inodes:
         "mount_setattr(/, read-only, private, recursive)",
     )
     _hide(libc, tuple(os.path.realpath(k) for k in keep))
+    _minimal_dev(libc)
     opts = f"size={max(int(tmpfs_bytes), 4096)},nr_inodes={int(tmpfs_inodes)},mode=0700".encode()
     _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount(tmpfs on /tmp)")
 
