@@ -216,3 +216,22 @@ def test_push_calibrated_to_the_target_error():
     pushed = sampler_push(bridge, x0, 2, y, alpha)
     assert float((pushed[2] - y).norm(dim=-1).mean()) == pytest.approx(0.4, rel=1e-5)
     assert calibrate_push(5.0, 1.0) == 0.0
+
+
+def test_guidance_term_value_in_both_modes():
+    x = [torch.zeros(4, 2), torch.ones(4, 2), 2 * torch.ones(4, 2)]
+    y = torch.tensor([2.0, 1.0])
+    act = CWGBridge(2, CWGConfig(n_blocks=2, hidden=4, mode="action"))
+    # action: λ_G·mean‖y − X^s‖²·h with s = 1: ‖(1, 0)‖² = 1, h = 1/2
+    assert float(act.guidance(x, lambda z: z, y, 1, 3.0)) == pytest.approx(3.0 * 1.0 * 0.5)
+    jac = CWGBridge(2, CWGConfig(n_blocks=2, hidden=4, mode="jacobi"))
+    # jacobi: λ_G·mean‖y − X^s‖²·W_s with W_2 = |2 − 1|²·2 = 2 at s = 2: ‖(0, −1)‖² = 1
+    assert float(jac.guidance(x, lambda z: z, y, 2, 3.0)) == pytest.approx(3.0 * 1.0 * 2.0)
+
+
+def test_sb_interpolation_coupling_sharpens_with_short_gaps():
+    # ε = 2σ²Δt: over a short gap between two copies of a cloud the SB coupling is nearly the identity
+    g = np.arange(6.0)
+    a = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)  # unit grid: blur √(2σ²Δt) = 0.07 ≪ spacing
+    mid = sb_interpolate({0.0: a, 0.01: a, 1.0: a}, 0.005, sigma=0.5, n=36)
+    assert exact_w2(mid, a) < 0.1

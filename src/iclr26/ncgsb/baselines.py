@@ -30,6 +30,13 @@ def _equal_size(a: np.ndarray, b: np.ndarray, n: int, rng: np.random.Generator) 
     return a[rng.choice(len(a), n, replace=False)], b[rng.choice(len(b), n, replace=False)]
 
 
+def sample_plan_rows(plan: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One partner ``j ~ π(i, ·)/Σ_j π(i, j)`` per source point i (keeps the source marginal exact)."""
+    cdf = np.cumsum(plan / plan.sum(1, keepdims=True), axis=1)
+    u = rng.random((plan.shape[0], 1))
+    return np.minimum((cdf < u).sum(1), plan.shape[1] - 1)
+
+
 def ot_interpolate(snapshots: Mapping[float, np.ndarray], t: float, n: int = 1000, seed: int = 0) -> np.ndarray:
     """Piecewise McCann interpolation: exact OT coupling (assignment) between the neighbouring snapshots
     t_l < t < t_r, then ``x_t = (1 − s) x + s y`` with ``s = (t − t_l)/(t_r − t_l)``."""
@@ -48,8 +55,9 @@ def sb_interpolate(
     snapshots: Mapping[float, np.ndarray], t: float, sigma: float, n: int = 1000, seed: int = 0
 ) -> np.ndarray:
     """Piecewise entropic SB with a Brownian reference of scale σ (the fixed point of DSBM/IMF):
-    the static SB coupling is entropic OT with cost ``|x − y|²`` and ``ε = 2σ²Δt``; pairs drawn from it
-    are joined by a Brownian bridge, ``x_t = (1 − s)x + s y + σ√(Δt·s(1 − s)) ξ``."""
+    the static SB coupling is entropic OT with cost ``|x − y|²`` and ``ε = 2σ²Δt``; each source point draws
+    its partner from its row of the plan, and pairs are joined by a Brownian bridge,
+    ``x_t = (1 − s)x + s y + σ√(Δt·s(1 − s)) ξ``."""
     if sigma <= 0:
         return ot_interpolate(snapshots, t, n, seed)
     tl, tr = _neighbours(snapshots, t)
@@ -57,9 +65,8 @@ def sb_interpolate(
     rng = np.random.default_rng(seed)
     a, b = _equal_size(np.asarray(snapshots[tl], np.float64), np.asarray(snapshots[tr], np.float64), n, rng)
     plan = sinkhorn_plan(a, b, blur=math.sqrt(2 * sigma**2 * dt))
-    p = plan.ravel() / plan.sum()
-    idx = rng.choice(p.size, size=len(a), p=p)
-    i, j = np.unravel_index(idx, plan.shape)
+    i = np.arange(len(a))
+    j = sample_plan_rows(plan, rng)
     s = (t - tl) / dt
     noise = sigma * math.sqrt(dt * s * (1 - s)) * rng.standard_normal(a[i].shape)
     return (1 - s) * a[i] + s * b[j] + noise
@@ -152,15 +159,15 @@ class IMFBridge(nn.Module):
 
 
 def sb_paths(a: np.ndarray, b: np.ndarray, sigma: float, n_blocks: int, seed: int = 0) -> np.ndarray:
-    """Entropic-SB paths over [0, 1] at t_k = k/K: pairs from the entropic plan (ε = 2σ²), each joined by a
+    """Entropic-SB paths over [0, 1] at t_k = k/K: partners from the rows of the entropic plan (ε = 2σ²), joined by a
     Brownian bridge sampled sequentially,
     ``x_k = x_{k−1} + (x1 − x_{k−1})h/(1 − t_{k−1}) + σ√(h(1 − t_k)/(1 − t_{k−1})) ξ``.
     Returns (K+1, N, D)."""
     rng = np.random.default_rng(seed)
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     plan = sinkhorn_plan(a, b, blur=math.sqrt(2 * sigma**2))
-    p = plan.ravel() / plan.sum()
-    i, j = np.unravel_index(rng.choice(p.size, size=len(a), p=p), plan.shape)
+    i = np.arange(len(a))
+    j = sample_plan_rows(plan, rng)
     x, x1, h = a[i], b[j], 1.0 / n_blocks
     out = [x]
     for k in range(1, n_blocks + 1):
