@@ -80,6 +80,8 @@ def escaped(action: str, arg=None) -> str:
         if action == "ns":
             names = ("net", "mnt", "pid", "ipc", "uts")
             return "ok: " + " ".join(os.readlink(f"/proc/self/ns/{n}") for n in names) + f" pid={os.getpid()}"
+        if action == "run":
+            return f"ok: {sorted(os.listdir('/run'))}"
         if action == "dev":
             return f"ok: {sorted(os.listdir('/dev'))}"
         if action == "tmp":

@@ -14,7 +14,8 @@ Layers, outermost first (``isolation="kernel"``, the default):
    network, PID, IPC and UTS namespaces. No network at all (a new network namespace, and no socket
    syscalls); every mount read-only and nosuid, with a private size-capped tmpfs on /tmp as the only
    writable place (the work dir: ``max_disk_bytes``); /etc/shadow-like files and every entry of the home
-   directories that is not on the import path (keys, tokens, shell history) mounted over with empty ones;
+   directories that is not on the import path (keys, tokens, shell history), and /run, mounted over with
+   empty ones; a /dev with only null, zero, full, random and urandom;
    a fresh /proc that shows only the sandbox's processes. The code runs in a worker whose PID-namespace
    init dies with it, so every process the code could start dies with the call; the caller also SIGKILLs
    the whole process group at the deadline. The worker has no capabilities, ``no_new_privs`` and a seccomp

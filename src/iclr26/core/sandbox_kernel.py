@@ -178,9 +178,11 @@ def _write(path: str, text: str) -> None:
 
 
 def _hide(libc: ctypes.CDLL, keep: tuple[str, ...]) -> None:
-    """Mount over what escaped code has no business reading: /etc/shadow-like files and every entry of the
-    home directories (/root, /home/*) that is not on the way to a ``keep`` path (the import path)."""
+    """Mount over what escaped code has no business reading or writing: /etc/shadow-like files, /run, and
+    every entry of the home directories (/root, /home/*) that is not on the way to a ``keep`` path."""
     targets = [p for p in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers") if os.path.isfile(p)]
+    # /run: daemons' sockets and FIFOs (a FIFO stays writable on a read-only mount)
+    targets += [p for p in ("/run",) if os.path.isdir(p) and not any(k.startswith(p + os.sep) for k in keep)]
     homes = ["/root"] + [os.path.join("/home", h) for h in (os.listdir("/home") if os.path.isdir("/home") else [])]
     for home in homes:
         try:
