@@ -70,6 +70,8 @@ def test_bad_options_raise_one_line_errors(tmp_path):
         run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, options={"task": "t9"}, show_progress=False)
     with pytest.raises(ConfigError):
         run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, options={"t1.g_fe.etaa": "1"}, show_progress=False)
+    with pytest.raises(ExperimentError, match="device=nodevice"):
+        run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, options={"device": "nodevice"}, show_progress=False)
     with pytest.raises(ExperimentError, match="no paper scale"):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path, options={"task": "toys"}, show_progress=False)
     with pytest.raises(ExperimentError, match="t3.conformers"):

@@ -226,6 +226,10 @@ def run(ctx: RunContext) -> RunOutput:
         raise ExperimentError("the 2-D tasks have no paper scale; use --scale small, or --set task=t3 at paper scale")
     if ctx.scale == "paper" and not cfg.t3.conformers:
         raise ExperimentError("scale 'paper' needs --set t3.conformers=PATH.npy (and t3.smiles=...; see the README)")
+    try:
+        torch.empty(0, device=ctx.device)
+    except (RuntimeError, AssertionError) as exc:  # e.g. --set device=cuda on a machine without CUDA
+        raise ExperimentError(f"--set device={ctx.device}: this torch cannot use that device ({exc})") from exc
     metrics: dict = {"seeds": list(ctx.seeds), "device": str(ctx.device)}
     measured, tables, notes, gates = {}, {}, [], []
     if cfg.task in ("toys", "all"):
