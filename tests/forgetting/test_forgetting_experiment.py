@@ -122,6 +122,8 @@ def test_smoke_scale_end_to_end(tmp_path):
         assert c["measured"], f"claim {c['name']} has no measured value"
         assert "error" not in c, c
     assert (rec.out_dir / "forgetting_vs_buffer.png").exists() and (rec.out_dir / "report.md").exists()
+    gate = res["metrics"]["competence_gate"]
+    assert gate["passed"] == (gate["min_train_acc"] >= 0.99) and 0 < gate["min_train_acc"] <= 1
     cfg = json.loads((rec.out_dir / "config.json").read_text())["config"]
     assert cfg["train"]["lr"] == 0.1 and cfg["train"]["momentum"] == 0.0 and cfg["train"]["epochs"] == 10
     # per-step training curves: one series per cell, steps counted over all tasks, task id attached

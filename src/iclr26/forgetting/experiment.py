@@ -478,6 +478,21 @@ def plot_buffer_stats(path, agg: dict) -> None:
     save_fig(fig, path)
 
 
+TERMINAL_TRAIN_ACC = 0.99
+
+
+def competence_gate(results: dict[tuple, dict]) -> dict:
+    """Terminal phase reached: own-head train accuracy on the current task at the end of every task
+    >= 99% in every cell (the theory is about the terminal phase of training). If this fails, the
+    claims are untestable at this budget."""
+    worst = min(min(r["train_acc"]) for r in results.values() if r.get("train_acc"))
+    return {
+        "rule": f"current-task train accuracy at every task end >= {TERMINAL_TRAIN_ACC} in every cell",
+        "min_train_acc": worst,
+        "passed": bool(worst >= TERMINAL_TRAIN_ACC),
+    }
+
+
 def run(ctx: RunContext) -> RunOutput:
     cfg: RunConfig = ctx.cfg if ctx.cfg is not None else config_for(ctx.scale)
     if cfg.train.buffer_size != 0 or cfg.train.setting != "cil":
@@ -498,6 +513,7 @@ def run(ctx: RunContext) -> RunOutput:
     plot_forgetting(ctx.figure_path("forgetting_vs_buffer"), agg)
     plot_buffer_stats(ctx.figure_path("buffer_statistics"), agg)
     per_seed = {f"{d}/{st}/{100 * f:g}%/seed{s}": r for (d, st, f, s), r in results.items()}
+    gate = competence_gate(results)
     notes = [
         f"forgetting reference: {cfg.eval.forgetting_ref} (F_sh_max / F_dp_max per run: Mammoth's max_k A_kj)",
         "forgetting in points (accuracy x 100); A*: LogisticRegression(C=10) probe on clean train features",
@@ -506,6 +522,7 @@ def run(ctx: RunContext) -> RunOutput:
     return RunOutput(
         metrics={
             "config": config_to_dict(cfg),
+            "competence_gate": gate,
             "aggregate": {
                 d: {st: {f"{100 * f:g}%": r for f, r in rows.items()} for st, rows in a.items()} for d, a in agg.items()
             },
