@@ -43,6 +43,8 @@ def test_claim_rules():
     assert not _check_c3({**good, "lie_rate": {**good["lie_rate"], 2.0: 0.55}})  # not monotone
     assert not _check_c3({**good, "lie_rate": {**good["lie_rate"], -2.0: 0.25}})  # not halved
     assert not _check_c3({**good, "harmless_acc": {**good["harmless_acc"], 1.0: 0.8}})  # side effect
+    zero = {a: 0.0 for a in good["lie_rate"]}
+    assert not _check_c3({**good, "lie_rate": zero})  # nothing to steer: not a pass
 
 
 def _paper_files(tmp_path):
