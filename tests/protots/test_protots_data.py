@@ -67,7 +67,7 @@ def test_splits_are_chronological_with_festival_in_train_and_test(series):
     assert int(sp.val.start.min()) >= int(0.7 * n) and int(sp.test.start.min()) >= int(0.8 * n)
     assert bool(sp.train.festival.any()) and bool(sp.test.festival.any())
     assert torch.all(sp.test.start % 24 == 0) and torch.all(torch.diff(sp.test.start) == 24)
-    assert torch.all(torch.diff(sp.train.start) == 6)
+    assert torch.all(torch.diff(sp.train.start) == 24) and torch.all(sp.train.start % 24 == 0)
     assert abs(float(sp.series.y[: int(0.7 * n)].mean())) < 1e-6  # train statistics
     i = 5
     st = int(sp.test.start[i])

@@ -95,7 +95,8 @@ class DataConfig:
 
     L: lookback (history) length.
     H: horizon = prototype curve length.
-    train_stride: step between training window starts (hours).
+    train_stride: step between training window starts (hours); a multiple of 24 keeps every window aligned to
+        midnight like the day-ahead test windows, so a prototype is one daily curve, not a mix of phases.
     eval_stride: step between validation/test window starts (24: one day-ahead forecast per day).
     train_frac: chronological share of the series for training.
     val_frac: chronological share for validation (the rest is test).
@@ -110,7 +111,7 @@ class DataConfig:
 
     L: int = 72
     H: int = 24
-    train_stride: int = 6
+    train_stride: int = 24
     eval_stride: int = 24
     train_frac: float = 0.7
     val_frac: float = 0.1
@@ -178,15 +179,16 @@ def config_for(scale: str) -> RunConfig:
             baselines=replace(base.baselines, hgb_iters=10, tide_hidden=32),
         )
     if scale == "small":
-        # CPU budget: d = 32, 4-wide continuous projections, 15 + 5 epochs; lr 3e-3 for the few steps.
+        # CPU budget: d = 32, 4-wide continuous projections; ~300 + 100 steps (60 + 20 epochs of the ~640
+        # day-aligned training windows); lr 3e-3 for the few steps.
         return replace(
             base,
             model=replace(base.model, d=32, d_bottle=8, con_hidden=4),
-            stage1=replace(base.stage1, epochs=15, lr=3e-3),
-            stage2=replace(base.stage2, epochs=5, lr=1e-3),
-            steer=replace(base.steer, epochs=5),
+            stage1=replace(base.stage1, epochs=60, lr=3e-3),
+            stage2=replace(base.stage2, epochs=20, lr=1e-3),
+            steer=replace(base.steer, epochs=20),
         )
     if scale == "paper":
         # EPF (TimeXer setting): lookback 168, horizon 24; LOF: same horizon, columns given with --set.
-        return replace(base, data=replace(base.data, L=168, H=24, train_stride=1))
+        return replace(base, data=replace(base.data, L=168, H=24))
     raise ValueError(f"unknown scale {scale!r}")
