@@ -1,4 +1,4 @@
-"""Probe, activations, threshold and steering: spec section 8, tests 1-5."""
+"""Probe, activations, threshold, streaming and steering (paper Section 5)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""EvilMath labeller and MCQ parser (spec section 8, tests 7-8)."""
+"""EvilMath labeller and MCQ parser (paper Sections 3 and 5)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The planted toy world (spec section 8, tests 6 and 9) and its generative rule."""
+"""The planted toy world: format parity of lies and truths, instructed pairs, the generative rule."""
 
 import numpy as np
 import pytest

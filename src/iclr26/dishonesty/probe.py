@@ -187,7 +187,7 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """Probe settings (paper / mf_doom defaults as far as known; spec section 3.3).
+    """Probe settings (paper Section 5 / Apollo recipe defaults as far as known).
 
     C: inverse L2 strength of sklearn's LogisticRegression (Apollo default λ = 10 -> C = 0.1).
     standardize: z-score features with the training mean/std before the fit.

@@ -88,7 +88,7 @@ RESPONSE_PREFIX = ("sure", ",", "answer", ":")
 
 @dataclass(frozen=True)
 class ToyWorldConfig:
-    """The planted world (defaults: spec section 6).
+    """The planted world (defaults: the toy reproduction of paper Section 5).
 
     n_entities: entities of the fact table (entity -> colour).
     max_operand: operands a, b are drawn from 0..max_operand (sums stay two-digit).
