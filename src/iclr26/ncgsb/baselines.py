@@ -104,6 +104,9 @@ class IMFBridge(nn.Module):
     Drift ``v_θ(x, t)`` is regressed on Brownian-bridge targets ``(x1 − x_t)/(1 − t)`` for pairs from
     the current coupling; the coupling is then refreshed by simulating ``dX = v dt + σ dW`` from fresh
     ρ_a samples (the first coupling is independent). Reference: Shi et al. 2023 (DSBM, forward only).
+
+    Known limitation: without DSBM's backward passes nothing re-imposes ρ_b after the first round, so
+    later rounds drift (measured in ``bench``); use the first round, or a forward-backward DSBM.
     """
 
     def __init__(self, dim: int, sigma: float = 0.1, hidden: int = 64, n_sde: int = 20):
