@@ -163,3 +163,12 @@ def test_measure_applies_the_competence_gate_and_per_seed_ratios():
     assert measured["C3"]["ratio"]["mean"] == pytest.approx((0.6 / 0.8 + 0.9 / 0.8) / 2)
     _, gate = _measure({0: seed(1.0, 0.81, 0.6, 1.2)})
     assert not gate["passed"]
+
+
+@pytest.mark.slow
+def test_small_run(tmp_path):
+    rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
+    res = _check(rec, "small")
+    assert res["seeds"] == [0, 1, 2]
+    for c in res["claims"]:
+        assert c["measured"] is not None and "error" not in c, c
