@@ -7,8 +7,15 @@ Each paper lives in its own sub-package (``iclr26.<slug>``) and builds only on `
 __version__ = "0.1.0"
 
 
-def run(slug: str, scale: str = "small", seeds=None, out: str = "runs", show_progress: bool = True,
-        sets: dict | None = None, **overrides):
+def run(
+    slug: str,
+    scale: str = "small",
+    seeds=None,
+    out: str = "runs",
+    show_progress: bool = True,
+    sets: dict | None = None,
+    **overrides,
+):
     """Run one paper's reproduction from Python, the same as ``iclr26 run``.
 
     ``overrides`` set config fields, with ``__`` for the dots of ``--set`` keys
@@ -20,8 +27,11 @@ def run(slug: str, scale: str = "small", seeds=None, out: str = "runs", show_pro
     exps = discover()
     if slug not in exps:
         detail = LOAD_ERRORS.get(slug)
-        raise ExperimentError(f"paper '{slug}' failed to load: {detail}" if detail
-                              else f"unknown paper '{slug}'; valid: {', '.join(exps)}")
+        raise ExperimentError(
+            f"paper '{slug}' failed to load: {detail}"
+            if detail
+            else f"unknown paper '{slug}'; valid: {', '.join(exps)}"
+        )
     options = {k.replace("__", "."): v for k, v in overrides.items()}
     options.update(sets or {})
     return run_experiment(exps[slug], scale, seeds, out, options, show_progress=show_progress)

@@ -66,33 +66,58 @@ def _check_writable(out: Path, slug: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="iclr26", description="ICLR 2026 papers as tested, reproducible code. "
-                "`iclr26 list` shows the papers; `iclr26 run SLUG --scale small` reproduces one.")
+    p = _Parser(
+        prog="iclr26",
+        description="ICLR 2026 papers as tested, reproducible code. "
+        "`iclr26 list` shows the papers; `iclr26 run SLUG --scale small` reproduces one.",
+    )
     sub = p.add_subparsers(dest="command", metavar="{list,run,report}", parser_class=_Parser)
     sub.required = True
-    sub.add_parser("list", help="one line per registered paper: slug, title, claims",
-                   description="List every registered paper: slug, title, arXiv id and claim names.")
-    r = sub.add_parser("run", help="run one paper's reproduction",
-                       description="Run a paper's reproduction, print the claims table and write "
-                       "DIR/SLUG/<timestamp>/{config.json,results.json,report.md,*.png}.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="scales:\n" + "\n".join(f"  {k:6s} {v}" for k, v in SCALE_HELP.items()))
+    sub.add_parser(
+        "list",
+        help="one line per registered paper: slug, title, claims",
+        description="List every registered paper: slug, title, arXiv id and claim names.",
+    )
+    r = sub.add_parser(
+        "run",
+        help="run one paper's reproduction",
+        description="Run a paper's reproduction, print the claims table and write "
+        "DIR/SLUG/<timestamp>/{config.json,results.json,report.md,*.png}.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="scales:\n" + "\n".join(f"  {k:6s} {v}" for k, v in SCALE_HELP.items()),
+    )
     r.add_argument("slug", help="paper slug (see `iclr26 list`)")
     r.add_argument("--scale", default="small", help=f"one of {', '.join(SCALES)} (default: small)")
     r.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default: per scale)")
     r.add_argument("--out", default="runs", help="output root directory (default: runs/)")
-    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="experiment option, e.g. --set model_path=/models/llada (repeatable)")
+    r.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="experiment option, e.g. --set model_path=/models/llada (repeatable)",
+    )
     r.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
-    r.add_argument("--show-config", action="store_true",
-                   help="print the resolved config of this scale (with --set applied) and exit")
+    r.add_argument(
+        "--show-config",
+        action="store_true",
+        help="print the resolved config of this scale (with --set applied) and exit",
+    )
     r.add_argument("--debug", action="store_true", help="show the full traceback when the run fails")
-    rep = sub.add_parser("report", help="overview of the latest run of every paper",
-                         description="Overview of the latest run of every paper under DIR: paper, "
-                         "scale, seeds, claims passed/total, wall time, date. Writes DIR/overview.md.")
+    rep = sub.add_parser(
+        "report",
+        help="overview of the latest run of every paper",
+        description="Overview of the latest run of every paper under DIR: paper, "
+        "scale, seeds, claims passed/total, wall time, date. Writes DIR/overview.md.",
+    )
     rep.add_argument("--runs", default="runs", help="runs directory (default: runs/)")
-    rep.add_argument("--html", default=None, metavar="DIR",
-                     help="also write a static results site to DIR: an index over papers and scales, one page per run")
+    rep.add_argument(
+        "--html",
+        default=None,
+        metavar="DIR",
+        help="also write a static results site to DIR: an index over papers and scales, one page per run",
+    )
     return p
 
 
@@ -130,8 +155,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     exp = exps[args.slug]
     if args.scale not in exp.scales:
-        print(f"iclr26: error: invalid scale '{args.scale}' for {args.slug}; valid: {', '.join(exp.scales)}",
-              file=sys.stderr)
+        print(
+            f"iclr26: error: invalid scale '{args.scale}' for {args.slug}; valid: {', '.join(exp.scales)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         seeds = _parse_seeds(args.seeds) if args.seeds is not None else None
@@ -149,9 +176,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"iclr26: error: {exc}", file=sys.stderr)
         return 2
     try:
-        record = run_experiment(exp, args.scale, seeds, out, options,
-                                show_progress=not args.no_progress and sys.stderr.isatty(),
-                                argv=["iclr26", *sys.argv[1:]])
+        record = run_experiment(
+            exp,
+            args.scale,
+            seeds,
+            out,
+            options,
+            show_progress=not args.no_progress and sys.stderr.isatty(),
+            argv=["iclr26", *sys.argv[1:]],
+        )
     except (ExperimentError, ConfigError) as exc:
         print(f"iclr26: error: {exc}", file=sys.stderr)
         return 1
@@ -162,8 +195,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.debug:
             raise
         msg = str(exc).splitlines()[0][:300] if str(exc) else ""
-        print(f"iclr26: error: run failed: {type(exc).__name__}: {msg} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"iclr26: error: run failed: {type(exc).__name__}: {msg} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
     print_claims(record.results, record.out_dir)
     return 0
@@ -174,8 +209,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     runs_dir = Path(args.runs)
     if not runs_dir.is_dir():
-        print(f"iclr26: error: runs directory '{runs_dir}' does not exist; run `iclr26 run SLUG` first",
-              file=sys.stderr)
+        print(
+            f"iclr26: error: runs directory '{runs_dir}' does not exist; run `iclr26 run SLUG` first", file=sys.stderr
+        )
         return 2
     skipped: list[str] = []
     runs = latest_runs(runs_dir, skipped=skipped)

@@ -20,7 +20,7 @@ def get_batch(step, rank, world):
     x = torch.randn(GLOBAL_BATCH, 4, generator=g)
     y = x.sum(1, keepdim=True).sin()
     per = GLOBAL_BATCH // world
-    return x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
+    return x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
 
 
 def loss_fn(model, batch):

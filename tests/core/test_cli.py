@@ -9,13 +9,17 @@ import pytest
 from iclr26.core.experiment import Claim, evaluate_claims, mean_std, to_jsonable
 
 HERE = Path(__file__).parent
-ENV = {**os.environ, "ICLR26_EXTRA_EXPERIMENTS": "toy_experiment",
-       "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = {
+    **os.environ,
+    "ICLR26_EXTRA_EXPERIMENTS": "toy_experiment",
+    "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+}
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "iclr26.cli", *args], capture_output=True, text=True,
-                          env=ENV, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "iclr26.cli", *args], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300
+    )
 
 
 def test_help_on_every_command():
@@ -62,15 +66,18 @@ def test_run_end_to_end_writes_contract(tmp_path):
     assert (tmp_path / "overview.md").exists()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["run", "nope"], "valid: "),
-    (["run", "toy", "--scale", "huge"], "valid: smoke, small, paper"),
-    (["run", "toy", "--seeds", "1,x"], "comma-separated integers"),
-    (["run", "toy", "--seeds", "-1"], "non-negative"),
-    (["run", "toy", "--set", "novalue"], "KEY=VALUE"),
-    (["report", "--runs", "/nonexistent/dir"], "does not exist"),
-    (["frobnicate"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "nope"], "valid: "),
+        (["run", "toy", "--scale", "huge"], "valid: smoke, small, paper"),
+        (["run", "toy", "--seeds", "1,x"], "comma-separated integers"),
+        (["run", "toy", "--seeds", "-1"], "non-negative"),
+        (["run", "toy", "--set", "novalue"], "KEY=VALUE"),
+        (["report", "--runs", "/nonexistent/dir"], "does not exist"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, needle):
     r = cli(*args)
     assert r.returncode == 2
@@ -91,8 +98,12 @@ def test_unwritable_out_dir(tmp_path):
 
 
 def test_claim_evaluation_rules():
-    claims = [Claim("A", "s", 1, "x > 0", lambda m: m > 0), Claim("B", "s", 1, "x > 0", lambda m: m > 0),
-              Claim("C", "s", 1, "boom", lambda m: m["missing"]), Claim("D", "s", 1, "x > 0", lambda m: m > 0)]
+    claims = [
+        Claim("A", "s", 1, "x > 0", lambda m: m > 0),
+        Claim("B", "s", 1, "x > 0", lambda m: m > 0),
+        Claim("C", "s", 1, "boom", lambda m: m["missing"]),
+        Claim("D", "s", 1, "x > 0", lambda m: m > 0),
+    ]
     res = evaluate_claims(claims, {"A": 1.0, "B": float("nan"), "C": {}})
     assert [r.passed for r in res] == [True, False, False, False]
     assert "NaN" in res[1].error and "KeyError" in res[2].error and "not measured" in res[3].error
@@ -120,12 +131,15 @@ def test_every_paper_package_loads():
         assert "smoke" in exp.scales and "small" in exp.scales
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["run", "toy", "--seeds", str(2**64 + 1)], "at most 2**32-1"),
-    (["run", "toy", "--set", "train.lrr=0.1"], "did you mean train.lr"),
-    (["run", "toy", "--set", "train.steps=many"], "expected an integer"),
-    (["run", "toy", "--set", "slope=1", "--set", "nope=2"], "unknown config key 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "toy", "--seeds", str(2**64 + 1)], "at most 2**32-1"),
+        (["run", "toy", "--set", "train.lrr=0.1"], "did you mean train.lr"),
+        (["run", "toy", "--set", "train.steps=many"], "expected an integer"),
+        (["run", "toy", "--set", "slope=1", "--set", "nope=2"], "unknown config key 'nope'"),
+    ],
+)
 def test_bad_inputs_exit_2_without_traceback(args, needle):
     r = cli(*args)
     assert r.returncode == 2, r.stderr
@@ -179,9 +193,11 @@ def test_list_is_static_and_matches_discover():
     """`iclr26 list` reads the papers without importing torch or scipy, and agrees with discover()."""
     import subprocess
 
-    code = ("import sys; from iclr26.cli import main; main(['list']); "
-            "bad = [m for m in ('torch', 'scipy', 'sklearn', 'matplotlib') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from iclr26.cli import main; main(['list']); "
+        "bad = [m for m in ('torch', 'scipy', 'sklearn', 'matplotlib') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     env = {k: v for k, v in os.environ.items() if k != "ICLR26_EXTRA_EXPERIMENTS"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -22,8 +22,12 @@ def _exit_code(argv):
 
 
 @FUZZ
-@given(seeds=st.one_of(st.text(max_size=40), st.lists(st.integers(-(2**70), 2**70), min_size=1, max_size=4)
-                       .map(lambda xs: ",".join(map(str, xs)))))
+@given(
+    seeds=st.one_of(
+        st.text(max_size=40),
+        st.lists(st.integers(-(2**70), 2**70), min_size=1, max_size=4).map(lambda xs: ",".join(map(str, xs))),
+    )
+)
 def test_fuzz_seeds(seeds, capsys):
     code = _exit_code(["run", "toy", "--scale", "smoke", "--seeds", seeds, "--show-config"])
     err = capsys.readouterr().err

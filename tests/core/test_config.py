@@ -43,8 +43,17 @@ class Root:
 
 def test_override_parses_each_type_and_leaves_the_original_alone():
     cfg = Root()
-    new = override(cfg, {"inner.tau": "0.25", "inner.mode": "official", "inner.sizes": "4,5,6",
-                         "inner.path": "none", "steps": "7", "flag": "true"})
+    new = override(
+        cfg,
+        {
+            "inner.tau": "0.25",
+            "inner.mode": "official",
+            "inner.sizes": "4,5,6",
+            "inner.path": "none",
+            "steps": "7",
+            "flag": "true",
+        },
+    )
     assert new.inner == Inner(0.25, "official", (4, 5, 6), None)
     assert new.steps == 7 and new.flag is True
     assert cfg == Root()
@@ -52,16 +61,19 @@ def test_override_parses_each_type_and_leaves_the_original_alone():
     assert override(cfg, {"inner.path": "/x"}).inner.path == "/x"
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("inner.tua", "1", "did you mean inner.tau"),
-    ("tau", "1", "inner.tau"),
-    ("stepz", "1", "did you mean steps"),
-    ("inner", "1", "unknown config key 'inner'"),
-    ("steps", "1.5", "expected an integer"),
-    ("flag", "maybe", "expected a boolean"),
-    ("inner.mode", "both", "expected one of paper, official"),
-    ("inner.tau", "abc", "expected a number"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("inner.tua", "1", "did you mean inner.tau"),
+        ("tau", "1", "inner.tau"),
+        ("stepz", "1", "did you mean steps"),
+        ("inner", "1", "unknown config key 'inner'"),
+        ("steps", "1.5", "expected an integer"),
+        ("flag", "maybe", "expected a boolean"),
+        ("inner.mode", "both", "expected one of paper, official"),
+        ("inner.tau", "abc", "expected a number"),
+    ],
+)
 def test_bad_keys_and_values_are_config_errors_naming_the_field(key, value, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         override(Root(), {key: value})
@@ -139,8 +151,13 @@ def test_checkpoint_loading_is_weights_only_and_refuses_a_different_config(tmp_p
     # a cosmetic difference is fine, an optimisation difference is refused with the field named
     load_checkpoint(ckpt, TrainConfig(steps=4, lr=0.01, warmup_steps=1, progress=True, log_every=1))
     with pytest.raises(ValueError, match="lr: checkpoint 0.01 vs now 0.02"):
-        fit(model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), get_batch,
-            TrainConfig(steps=4, lr=0.02, warmup_steps=1, progress=False), ckpt_dir=tmp_path)
+        fit(
+            model,
+            lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(),
+            get_batch,
+            TrainConfig(steps=4, lr=0.02, warmup_steps=1, progress=False),
+            ckpt_dir=tmp_path,
+        )
     # a checkpoint carrying an arbitrary object is refused without running anything
     evil = tmp_path / "evil"
     evil.mkdir()

@@ -128,7 +128,10 @@ def test_module_imports_without_transformers_or_torch():
         "import iclr26.core.hf as h; print(h.load_local.__name__)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
@@ -143,7 +146,11 @@ def test_kind_auto_masked_lm_and_dtype(tmp_path, saved_gpt2, no_network):
     assert type(auto).__name__ == "GPT2LMHeadModel"
     assert next(auto.parameters()).dtype == torch.bfloat16
     cfg = transformers.BertConfig(
-        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
         max_position_embeddings=16,
     )
     transformers.BertForMaskedLM(cfg).save_pretrained(tmp_path)
@@ -153,9 +160,14 @@ def test_kind_auto_masked_lm_and_dtype(tmp_path, saved_gpt2, no_network):
         hf.load_local_model(tmp_path, kind="seq2seq")
 
 
-@pytest.mark.parametrize(("arch", "layers", "cls"), [
-    ("gpt2", 3, "GPT2LMHeadModel"), ("llama", 2, "LlamaForCausalLM"), ("gpt_neox", 4, "GPTNeoXForCausalLM"),
-])
+@pytest.mark.parametrize(
+    ("arch", "layers", "cls"),
+    [
+        ("gpt2", 3, "GPT2LMHeadModel"),
+        ("llama", 2, "LlamaForCausalLM"),
+        ("gpt_neox", 4, "GPTNeoXForCausalLM"),
+    ],
+)
 def test_residual_stream_modules(arch, layers, cls):
     model, tok = hf.tiny_random_causal_lm(arch=arch, layers=layers, hidden=16, heads=2)
     assert type(model).__name__ == cls

@@ -84,8 +84,9 @@ def test_non_finite_loss_raises():
 def test_ddp_two_processes_matches_one_process(tmp_path, accum):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
     one, two = tmp_path / "one.json", tmp_path / "two.json"
-    subprocess.run([sys.executable, str(HERE / "ddp_fit_script.py"), str(one), str(accum)], check=True, env=env,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, str(HERE / "ddp_fit_script.py"), str(one), str(accum)], check=True, env=env, timeout=120
+    )
     # torchrun's rendezvous port can race with other sockets on a busy machine: try a few fresh ports
     # (a real bug fails every attempt), and show torchrun's stderr if all fail.
     errors = []
@@ -93,9 +94,18 @@ def test_ddp_two_processes_matches_one_process(tmp_path, accum):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", str(HERE / "ddp_fit_script.py"),
-               str(two), str(accum)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={port}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            str(HERE / "ddp_fit_script.py"),
+            str(two),
+            str(accum),
+        ]
         proc = subprocess.run(cmd, env=env, timeout=240, capture_output=True, text=True)
         if proc.returncode == 0:
             break

@@ -70,8 +70,9 @@ def test_padding_does_not_change_real_positions():
 
 @pytest.mark.parametrize("pos,tie,bias", [("rope", True, True), ("learned", False, True), ("none", True, False)])
 def test_parameter_count_formula(pos, tie, bias):
-    cfg = TransformerConfig(vocab_size=101, d_model=48, n_layers=3, n_heads=6, d_ff=100, max_len=33,
-                            pos=pos, tie_embeddings=tie, bias=bias)
+    cfg = TransformerConfig(
+        vocab_size=101, d_model=48, n_layers=3, n_heads=6, d_ff=100, max_len=33, pos=pos, tie_embeddings=tie, bias=bias
+    )
     assert Transformer(cfg).num_params() == cfg.num_params()
     # hand count for one case: V*d + L*(4d + 3d^2+3d + d^2+d + d*ff+ff + ff*d+d) + 2d
     if pos == "rope" and tie and bias:

@@ -42,26 +42,32 @@ def run(ctx):
             return x, cfg.slope * x + cfg.noise * torch.randn(32, 1, generator=g)
 
         steps = cfg.train.steps
-        res = fit(model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), get_batch, cfg.train,
-                  log=ctx.logger(f"seed{seed}"))
+        res = fit(
+            model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), get_batch, cfg.train, log=ctx.logger(f"seed{seed}")
+        )
         slopes.append(float(model.weight.detach()))
         curves[f"seed {seed}"] = (np.arange(steps), res.losses)
     plot_curves(ctx.figure_path("loss"), curves, "step", "loss")
     s = mean_std(slopes)
-    return RunOutput(metrics={"slope_per_seed": slopes, "slope": s},
-                     measured={"C1": {"slope": s["mean"]}, "C2": {"slope": s["mean"]}},
-                     tables={"Slopes": markdown_table(["seed", "slope"], list(zip(ctx.seeds, slopes)))})
+    return RunOutput(
+        metrics={"slope_per_seed": slopes, "slope": s},
+        measured={"C1": {"slope": s["mean"]}, "C2": {"slope": s["mean"]}},
+        tables={"Slopes": markdown_table(["seed", "slope"], list(zip(ctx.seeds, slopes)))},
+    )
 
 
-EXPERIMENT = register(Experiment(
-    slug="toy",
-    title="Toy linear regression (test only)",
-    arxiv="0000.00000",
-    claims=(
-        Claim("C1", "the fitted slope is close to 3", 3.0, "|slope - 3| < 0.5",
-              lambda m: abs(m["slope"] - 3) < 0.5),
-        Claim("C2", "a claim that must fail", 10.0, "slope > 10", lambda m: m["slope"] > 10),
-    ),
-    run=run,
-    config=config_for,
-))
+EXPERIMENT = register(
+    Experiment(
+        slug="toy",
+        title="Toy linear regression (test only)",
+        arxiv="0000.00000",
+        claims=(
+            Claim(
+                "C1", "the fitted slope is close to 3", 3.0, "|slope - 3| < 0.5", lambda m: abs(m["slope"] - 3) < 0.5
+            ),
+            Claim("C2", "a claim that must fail", 10.0, "slope > 10", lambda m: m["slope"] > 10),
+        ),
+        run=run,
+        config=config_for,
+    )
+)

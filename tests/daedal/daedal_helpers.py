@@ -41,8 +41,9 @@ def length_aware_fn(true_len, p_content: float = 0.95, p_eos: float = 0.97, prom
 def random_transformer(seed: int = 0, max_len: int = 96) -> Transformer:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        cfg = TransformerConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=max_len,
-                                causal=False, pos="learned")
+        cfg = TransformerConfig(
+            vocab_size=V, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=max_len, causal=False, pos="learned"
+        )
         model = Transformer(cfg).eval()
         # larger weights -> peaked, varied confidences (a default init is almost uniform)
         for p in model.parameters():
@@ -73,6 +74,6 @@ def prompts(n: int, seed: int = 0, width: int = P) -> tuple[torch.Tensor, torch.
     mask = torch.zeros((n, width), dtype=torch.bool)
     for i in range(n):
         k = int(torch.randint(2, width + 1, (1,), generator=g))
-        ids[i, width - k:] = torch.randint(0, 10, (k,), generator=g)
-        mask[i, width - k:] = True
+        ids[i, width - k :] = torch.randint(0, 10, (k,), generator=g)
+        mask[i, width - k :] = True
     return ids, mask

@@ -49,8 +49,9 @@ def test_reduction_detects_a_wrong_block_grid():
     """The same comparison fails when the block grid differs (the test can fail)."""
     fn = random_fn(0)
     ids, mask = prompts(4, 0)
-    cfg = cfg_(initial_length=24, max_length=64, tau_eos=0.0, tau_expand=0.0, tau_high=1.1, eos_anchor=0,
-               block_length=4)
+    cfg = cfg_(
+        initial_length=24, max_length=64, tau_eos=0.0, tau_expand=0.0, tau_high=1.1, eos_anchor=0, block_length=4
+    )
     out = daedal_generate(fn, ids, MASK, EOS, cfg, prompt_mask=mask)
     ref = llada_fixed_generate(fn, ids, 24, 24, 24, MASK, EOS, prompt_mask=mask)
     assert any(not torch.equal(a, b) for a, b in zip(out.sequences, ref.sequences, strict=True))
@@ -65,12 +66,11 @@ def test_no_insertion_equals_fixed_threshold_decoding():
     assert torch.equal(out.lengths, (out.stage1_lengths + 4).clamp(max=40))
     assert all((s[-4:] == EOS).all() for s in out.sequences)
     assert (out.n_insertions == 0).all()
-    out0 = daedal_generate(fn, ids, MASK, EOS, cfg_(tau_expand=0.0, expansion_factor=8, eos_anchor=0),
-                           prompt_mask=mask)
+    out0 = daedal_generate(fn, ids, MASK, EOS, cfg_(tau_expand=0.0, expansion_factor=8, eos_anchor=0), prompt_mask=mask)
     assert len(set(out0.stage1_lengths.tolist())) > 1  # rows really have different lengths
     for b in range(4):
         L1 = int(out0.stage1_lengths[b])
-        ref = llada_fixed_generate(fn, ids[b:b + 1], L1, L1, 8, MASK, EOS, prompt_mask=mask[b:b + 1], tau_high=0.9)
+        ref = llada_fixed_generate(fn, ids[b : b + 1], L1, L1, 8, MASK, EOS, prompt_mask=mask[b : b + 1], tau_high=0.9)
         assert torch.equal(out0.sequences[b], ref.sequences[0])
         assert int(out0.nfe[b] - out0.nfe_stage1[b]) == int(ref.nfe[0])
 
@@ -133,8 +133,7 @@ def test_eos_confidence_code_skips_non_eos_and_scans_back_window_does_not():
     assert eos_confidence(lg, 0, [6], EOS, 3, "code").item() == pytest.approx(2.1 / 3, abs=1e-5)
     # window_mean, W = 3: positions 3, 4, 5 -> p(EOS) = 0.7, 0.1/14, 0.8
     other = 0.1 / (V - 2)
-    assert eos_confidence(lg, 0, [6], EOS, 3, "window_mean").item() == pytest.approx((0.7 + other + 0.8) / 3,
-                                                                                     abs=1e-5)
+    assert eos_confidence(lg, 0, [6], EOS, 3, "window_mean").item() == pytest.approx((0.7 + other + 0.8) / 3, abs=1e-5)
 
 
 def test_eos_confidence_reads_only_the_row_region():
@@ -162,7 +161,7 @@ def test_denoise_step_fill_and_single_argmin_insertion():
     cfg = cfg_(max_length=64)
     row = torch.tensor([5, MASK, MASK, MASK, MASK, MASK, MASK, MASK, MASK, MASK, EOS])
     a = torch.tensor([5, 1, 2, 3, 4, 5, 6, 7, 8, 9, EOS])
-    c = torch.tensor([1.0, .95, .05, .5, .02, .08, .99, .3, .01, .03, 1.0])
+    c = torch.tensor([1.0, 0.95, 0.05, 0.5, 0.02, 0.08, 0.99, 0.3, 0.01, 0.03, 1.0])
     new, fill, ins = denoise_step(row, 0, a, c, eos_conf=0.2, cfg=cfg, mask_id=MASK)
     # block [0, 8): fill = c > 0.9 among masked -> 1, 6; candidates c < 0.1 in the block: 2, 4, 5;
     # position 8 (c = 0.01) is outside the block; argmin of the candidates is 4
@@ -206,6 +205,7 @@ def test_paper_mode_candidates_come_from_all_masked_positions():
 
 def test_insertions_capped_at_lmax_then_denoise_only():
     """A flat model (every c_i ~ 1/14 < τ_low, EOS conf ~ 0) inserts once per step until L_max."""
+
     def flat(x, attn):
         lg = torch.zeros(*x.shape, V)
         lg[..., MASK] = -1e9
@@ -249,13 +249,13 @@ def test_batch_equals_single_calls():
     out = daedal_generate(fn, ids, MASK, EOS, cfg, prompt_mask=mask)
     assert len(set(out.stage1_lengths.tolist())) > 1 and out.n_insertions.sum() > 0
     for b in range(4):
-        one = daedal_generate(fn, ids[b:b + 1], MASK, EOS, cfg, prompt_mask=mask[b:b + 1])
+        one = daedal_generate(fn, ids[b : b + 1], MASK, EOS, cfg, prompt_mask=mask[b : b + 1])
         assert torch.equal(one.sequences[0], out.sequences[b])
         for f in ("lengths", "stage1_lengths", "n_insertions", "nfe", "nfe_stage1"):
             assert getattr(one, f)[0] == getattr(out, f)[b], f
     ref = llada_fixed_generate(fn, ids, 16, 16, 8, MASK, EOS, prompt_mask=mask)
     for b in range(4):
-        one = llada_fixed_generate(fn, ids[b:b + 1], 16, 16, 8, MASK, EOS, prompt_mask=mask[b:b + 1])
+        one = llada_fixed_generate(fn, ids[b : b + 1], 16, 16, 8, MASK, EOS, prompt_mask=mask[b : b + 1])
         assert torch.equal(one.sequences[0], ref.sequences[b])
 
 
@@ -326,4 +326,3 @@ def test_cfg_counts_two_passes():
     fn = random_fn(0)
     out = llada_fixed_generate(fn, ids, 8, 8, 8, MASK, EOS, prompt_mask=mask, cfg_scale=1.0)
     assert int(out.nfe[0]) == 16
-

@@ -11,18 +11,64 @@ from iclr26.daedal import DaedalConfig, daedal_generate  # noqa: E402
 from iclr26.daedal.eval import extract_prediction, gold_answer, main, same_number  # noqa: E402
 from iclr26.daedal.hf import HFMaskedDiffusionAdapter, check_llada_ids  # noqa: E402
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "answer", "is", "<", ">", "reasoning", "solve",
-         "math", "problem", "final", "boxed", "{", "}", "number", "and", "a", "b", "1", "2", "3", "4", "5", "+",
-         "=", "what", "?", "inside", "/", "then", "write", ".", ",", "following", "as", "\\"]
+WORDS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "answer",
+    "is",
+    "<",
+    ">",
+    "reasoning",
+    "solve",
+    "math",
+    "problem",
+    "final",
+    "boxed",
+    "{",
+    "}",
+    "number",
+    "and",
+    "a",
+    "b",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "+",
+    "=",
+    "what",
+    "?",
+    "inside",
+    "/",
+    "then",
+    "write",
+    ".",
+    ",",
+    "following",
+    "as",
+    "\\",
+]
 
 
 def tiny_bert(tmp_path, seed=0):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(WORDS) + "\n")
     tok = transformers.BertTokenizer(str(vocab))
-    cfg = transformers.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=256, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
+    cfg = transformers.BertConfig(
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(seed)
     model = transformers.BertForMaskedLM(cfg).eval()
     return model, tok
@@ -32,8 +78,9 @@ def test_adapter_batch_equals_single(tmp_path):
     model, tok = tiny_bert(tmp_path)
     fn = HFMaskedDiffusionAdapter(model, position_ids_from_mask=True)
     prompts = [torch.tensor(tok(q)["input_ids"]) for q in ("solve the math problem", "what is 1 + 2 ?")]
-    cfg = DaedalConfig(initial_length=4, max_length=16, block_length=4, expansion_factor=4, eos_window=4,
-                       eos_anchor=2, tau_low=0.2)
+    cfg = DaedalConfig(
+        initial_length=4, max_length=16, block_length=4, expansion_factor=4, eos_window=4, eos_anchor=2, tau_low=0.2
+    )
     out = daedal_generate(fn, prompts, tok.mask_token_id, tok.sep_token_id, cfg)
     for b, p in enumerate(prompts):
         one = daedal_generate(fn, [p], tok.mask_token_id, tok.sep_token_id, cfg)
@@ -69,13 +116,48 @@ def test_eval_cli_offline(tmp_path):
     model.save_pretrained(mdir)
     tok.save_pretrained(mdir)
     data = tmp_path / "gsm.jsonl"
-    data.write_text("\n".join(json.dumps({"question": q, "answer": f"work #### {a}"})
-                              for q, a in [("what is 1 + 2 ?", 3), ("what is 2 + 2 ?", 4), ("what is 3 + 2 ?", 5)]))
-    common = ["--model", str(mdir), "--data", str(data), "--device", "cpu", "--dtype", "float32",
-              "--no-trust-remote-code", "--mask-id", str(tok.mask_token_id), "--eos-id", str(tok.sep_token_id),
-              "--block-length", "4", "--batch-size", "2"]
-    s = main(common + ["--out", str(tmp_path / "d"), "--method", "daedal", "--initial-length", "4",
-                       "--max-length", "16", "--expansion-factor", "4", "--eos-window", "4"])
+    data.write_text(
+        "\n".join(
+            json.dumps({"question": q, "answer": f"work #### {a}"})
+            for q, a in [("what is 1 + 2 ?", 3), ("what is 2 + 2 ?", 4), ("what is 3 + 2 ?", 5)]
+        )
+    )
+    common = [
+        "--model",
+        str(mdir),
+        "--data",
+        str(data),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--no-trust-remote-code",
+        "--mask-id",
+        str(tok.mask_token_id),
+        "--eos-id",
+        str(tok.sep_token_id),
+        "--block-length",
+        "4",
+        "--batch-size",
+        "2",
+    ]
+    s = main(
+        common
+        + [
+            "--out",
+            str(tmp_path / "d"),
+            "--method",
+            "daedal",
+            "--initial-length",
+            "4",
+            "--max-length",
+            "16",
+            "--expansion-factor",
+            "4",
+            "--eos-window",
+            "4",
+        ]
+    )
     assert s["n"] == 3 and 0 <= s["accuracy"] <= 100 and 0 <= s["E_ratio"] <= 100 and s["nfe"] > 0
     lines = (tmp_path / "d" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(ln)["index"] for ln in lines] == [0, 1, 2]
@@ -93,10 +175,21 @@ def test_paper_scale_through_run_experiment(tmp_path):
     tok.save_pretrained(mdir)
     data = tmp_path / "gsm.jsonl"
     data.write_text(json.dumps({"question": "what is 1 + 2 ?", "answer": "#### 3"}) + "\n")
-    opts = {"model_path": str(mdir), "data_path": str(data), "device": "cpu", "dtype": "float32",
-            "mask_id": str(tok.mask_token_id), "eos_id": str(tok.sep_token_id), "no_trust_remote_code": "1",
-            "initial_length": "4", "max_length": "16", "block_length": "4", "expansion_factor": "4",
-            "eos_window": "4", "fixed_length": "8"}
+    opts = {
+        "model_path": str(mdir),
+        "data_path": str(data),
+        "device": "cpu",
+        "dtype": "float32",
+        "mask_id": str(tok.mask_token_id),
+        "eos_id": str(tok.sep_token_id),
+        "no_trust_remote_code": "1",
+        "initial_length": "4",
+        "max_length": "16",
+        "block_length": "4",
+        "expansion_factor": "4",
+        "eos_window": "4",
+        "fixed_length": "8",
+    }
     rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts, show_progress=False)
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert res["metrics"]["fixed"]["N_tok"] == 8 and res["metrics"]["daedal"]["n"] == 1

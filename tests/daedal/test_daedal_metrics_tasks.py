@@ -10,14 +10,42 @@ from iclr26.daedal.model import TinyMDMConfig, build_model, llada_sft_loss, sft_
 
 # paper Table 1 (LLaDA-Instruct-8B): (E_tok, N_tok, E_ratio %) for L = 64 ... 2048 and DAEDAL
 TABLE1 = {
-    "GSM8K": [(62, 64, 97.1), (124, 128, 97.0), (234, 256, 91.2), (287, 512, 56.0), (284, 1024, 27.7),
-              (294, 2048, 14.4), (267, 363, 73.5)],
-    "MATH500": [(62, 64, 96.4), (123, 128, 96.4), (245, 256, 95.8), (424, 512, 82.8), (583, 1024, 56.9),
-                (718, 2048, 35.1), (541, 704, 76.8)],
-    "MBPP": [(61, 64, 95.1), (122, 128, 95.7), (232, 256, 90.6), (331, 512, 64.7), (335, 1024, 32.7),
-             (336, 2048, 16.4), (324, 618, 52.5)],
-    "HumanEval": [(60, 64, 93.2), (125, 128, 97.6), (245, 256, 95.6), (471, 512, 92.0), (641, 1024, 62.6),
-                  (669, 2048, 32.7), (523, 813, 64.3)],
+    "GSM8K": [
+        (62, 64, 97.1),
+        (124, 128, 97.0),
+        (234, 256, 91.2),
+        (287, 512, 56.0),
+        (284, 1024, 27.7),
+        (294, 2048, 14.4),
+        (267, 363, 73.5),
+    ],
+    "MATH500": [
+        (62, 64, 96.4),
+        (123, 128, 96.4),
+        (245, 256, 95.8),
+        (424, 512, 82.8),
+        (583, 1024, 56.9),
+        (718, 2048, 35.1),
+        (541, 704, 76.8),
+    ],
+    "MBPP": [
+        (61, 64, 95.1),
+        (122, 128, 95.7),
+        (232, 256, 90.6),
+        (331, 512, 64.7),
+        (335, 1024, 32.7),
+        (336, 2048, 16.4),
+        (324, 618, 52.5),
+    ],
+    "HumanEval": [
+        (60, 64, 93.2),
+        (125, 128, 97.6),
+        (245, 256, 95.6),
+        (471, 512, 92.0),
+        (641, 1024, 62.6),
+        (669, 2048, 32.7),
+        (523, 813, 64.3),
+    ],
 }
 
 
@@ -49,8 +77,18 @@ def test_effective_length_modes():
         effective_length(seq, E, "sum")
 
 
-@pytest.mark.parametrize("task,lo,hi", [("rev", 4, 15), ("cumsum", 11, 38), ("add", 17, 52), ("dup", 13, 41),
-                                        ("rep", 4, 15), ("alt", 11, 37), ("pairs", 16, 46)])
+@pytest.mark.parametrize(
+    "task,lo,hi",
+    [
+        ("rev", 4, 15),
+        ("cumsum", 11, 38),
+        ("add", 17, 52),
+        ("dup", 13, 41),
+        ("rep", 4, 15),
+        ("alt", 11, 37),
+        ("pairs", 16, 46),
+    ],
+)
 def test_task_lengths_and_answers(task, lo, hi):
     probs = T.make_problems(task, 300, 0)
     lens = [len(p.target) for p in probs]
@@ -65,8 +103,8 @@ def test_task_semantics_by_hand():
     rng = np.random.default_rng(3)
     p = T.make_problem("add", rng)
     n = (len(p.prompt) - 4) // 2
-    a = int("".join(map(str, p.prompt[2:2 + n])))
-    b = int("".join(map(str, p.prompt[3 + n:3 + 2 * n])))
+    a = int("".join(map(str, p.prompt[2 : 2 + n])))
+    b = int("".join(map(str, p.prompt[3 + n : 3 + 2 * n])))
     assert int("".join(map(str, p.answer))) == a + b
     c = T.make_problem("cumsum", rng)
     assert c.answer == (sum(c.prompt[2:-1]) % 10,)
@@ -91,9 +129,9 @@ def test_sft_batch_layout_and_loss_weighting():
     for i, p in enumerate(probs):
         L = int(b["canvas_len"][i])
         assert len(p.target) < L <= 48  # at least one EOS of padding, never beyond L_train_max
-        c = b["ids"][i, T.PROMPT_WIDTH:]
-        assert c[:len(p.target)].tolist() == list(p.target) and (c[len(p.target):] == T.EOS).all()
-        assert not b["gen"][i, :T.PROMPT_WIDTH].any()  # the prompt is never masked
+        c = b["ids"][i, T.PROMPT_WIDTH :]
+        assert c[: len(p.target)].tolist() == list(p.target) and (c[len(p.target) :] == T.EOS).all()
+        assert not b["gen"][i, : T.PROMPT_WIDTH].any()  # the prompt is never masked
     model = build_model(cfg, 0)
     noise = torch.rand(b["ids"].shape)
     t = torch.full((4,), 0.5)

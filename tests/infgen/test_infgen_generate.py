@@ -60,8 +60,13 @@ def test_released_mode_respects_density_target(setup):
     windows, tok, gen = setup
     seed = windows[3]
     target = 9
-    out = gen.rollout(seed, 24, RolloutConfig(insertion="released", max_insert_per_block=2), density_target=target,
-                      rng=np.random.default_rng(2))
+    out = gen.rollout(
+        seed,
+        24,
+        RolloutConfig(insertion="released", max_insert_per_block=2),
+        density_target=target,
+        rng=np.random.default_rng(2),
+    )
     c = out.counts()
     new = set(out.uid.tolist()) - set(seed.uid.tolist())
     assert new, "released mode inserted nothing below the target"
@@ -78,8 +83,9 @@ def test_released_mode_respects_density_target(setup):
 
 def test_learned_mode_runs_and_rejects_overlaps(setup):
     windows, tok, gen = setup
-    out = gen.rollout(windows[0], 12, RolloutConfig(insertion="learned", reject_sampling=True),
-                      rng=np.random.default_rng(3))
+    out = gen.rollout(
+        windows[0], 12, RolloutConfig(insertion="learned", reject_sampling=True), rng=np.random.default_rng(3)
+    )
     first = out.valid.argmax(0)
     for t in range(out.T):
         born = np.flatnonzero((first == t) & out.valid[t])
@@ -111,7 +117,7 @@ def test_log_replay_then_nothing(setup):
     windows, _, _ = setup
     out = log_replay(windows[0], 40)
     assert out.counts()[: windows[0].T].sum() == windows[0].valid.sum()
-    assert out.counts()[windows[0].T:].sum() == 0
+    assert out.counts()[windows[0].T :].sum() == 0
 
 
 def test_overlap_test_hand_cases():

@@ -41,18 +41,27 @@ def rule(q, k, has_as):
     agent_as = (SOA, TYPE, MS, RS)
     same = q["uid"] >= 0 and q["uid"] == k["uid"]
     if q["kind"] == TL:
-        return (k["kind"] == TL and k["t"] == q["t"]) \
-            or (k["kind"] == TL and k["light"] == q["light"] and k["t"] < q["t"]) \
+        return (
+            (k["kind"] == TL and k["t"] == q["t"])
+            or (k["kind"] == TL and k["light"] == q["light"] and k["t"] < q["t"])
             or (k["kind"] == MO and k["t"] == q["t"] - 1)
+        )
     if q["kind"] in AS_KINDS:
-        return (k["kind"] in AS_KINDS and k["t"] == q["t"] and k["seq"] <= q["seq"]) \
-            or (k["kind"] == TL and k["t"] == q["t"]) or (k["kind"] == MO and k["t"] == q["t"] - 1) \
-            or (k["kind"] in agent_as and same and k["t"] < q["t"]) or (k["kind"] in (SOS, EOS) and k["t"] < q["t"])
+        return (
+            (k["kind"] in AS_KINDS and k["t"] == q["t"] and k["seq"] <= q["seq"])
+            or (k["kind"] == TL and k["t"] == q["t"])
+            or (k["kind"] == MO and k["t"] == q["t"] - 1)
+            or (k["kind"] in agent_as and same and k["t"] < q["t"])
+            or (k["kind"] in (SOS, EOS) and k["t"] < q["t"])
+        )
     if q["kind"] == MO:
-        return (k["kind"] == MO and k["t"] == q["t"]) or (k["kind"] == TL and k["t"] == q["t"]) \
-            or (k["kind"] in agent_as and same and k["t"] <= q["t"]) \
-            or (k["kind"] in (SOS, EOS) and k["t"] <= q["t"] and (q["uid"], k["t"]) in has_as) \
+        return (
+            (k["kind"] == MO and k["t"] == q["t"])
+            or (k["kind"] == TL and k["t"] == q["t"])
+            or (k["kind"] in agent_as and same and k["t"] <= q["t"])
+            or (k["kind"] in (SOS, EOS) and k["t"] <= q["t"] and (q["uid"], k["t"]) in has_as)
             or (k["kind"] == MO and same and k["t"] < q["t"])
+        )
     raise AssertionError
 
 

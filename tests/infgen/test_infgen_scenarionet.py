@@ -26,22 +26,49 @@ def fake_scenario(seed: int, T: int = 91) -> dict:
         valid = np.ones(T, bool)
         if i == 2:
             valid[:23] = False  # appears later
-        tracks[f"veh{i}"] = {"type": "VEHICLE", "state": {
-            "position": pos, "heading": np.zeros(T), "velocity": np.stack([np.full(T, v), np.zeros(T)], 1),
-            "length": np.full((T, 1), 4.5), "width": np.full((T, 1), 1.9), "height": np.full((T, 1), 1.5),
-            "valid": valid}}
-    tracks["ped"] = {"type": "PEDESTRIAN", "state": {
-        "position": np.tile([5.0, 6.0, 0.0], (T, 1)), "heading": np.zeros(T), "velocity": np.zeros((T, 2)),
-        "length": np.full(T, 0.5), "width": np.full(T, 0.5), "height": np.full(T, 1.8), "valid": np.ones(T, bool)}}
+        tracks[f"veh{i}"] = {
+            "type": "VEHICLE",
+            "state": {
+                "position": pos,
+                "heading": np.zeros(T),
+                "velocity": np.stack([np.full(T, v), np.zeros(T)], 1),
+                "length": np.full((T, 1), 4.5),
+                "width": np.full((T, 1), 1.9),
+                "height": np.full((T, 1), 1.5),
+                "valid": valid,
+            },
+        }
+    tracks["ped"] = {
+        "type": "PEDESTRIAN",
+        "state": {
+            "position": np.tile([5.0, 6.0, 0.0], (T, 1)),
+            "heading": np.zeros(T),
+            "velocity": np.zeros((T, 2)),
+            "length": np.full(T, 0.5),
+            "width": np.full(T, 0.5),
+            "height": np.full(T, 1.8),
+            "valid": np.ones(T, bool),
+        },
+    }
     tracks["sign"] = {"type": "TRAFFIC_CONE", "state": tracks["ped"]["state"]}
+
     def lane(x0, x1, y, n=50, kind="LANE_SURFACE_STREET"):
         return {"type": kind, "polyline": np.stack([np.linspace(x0, x1, n), np.full(n, y)], 1)}
 
-    lanes = {"l1": lane(-60, 60, 1.75), "l2": lane(60, -60, -1.75), "sw": lane(-60, 60, 6.0),
-             "e": lane(-60, 60, 4.0, 9, "ROAD_EDGE_BOUNDARY")}
+    lanes = {
+        "l1": lane(-60, 60, 1.75),
+        "l2": lane(60, -60, -1.75),
+        "sw": lane(-60, 60, 6.0),
+        "e": lane(-60, 60, 4.0, 9, "ROAD_EDGE_BOUNDARY"),
+    }
     states = ["LANE_STATE_GO"] * 40 + ["LANE_STATE_CAUTION"] * 10 + ["LANE_STATE_STOP"] * (T - 50)
-    return {"id": f"s{seed}", "tracks": tracks, "map_features": lanes, "metadata": {"sdc_id": "veh0"},
-            "dynamic_map_states": {"tl0": {"type": "TRAFFIC_LIGHT", "lane": "l1", "state": {"object_state": states}}}}
+    return {
+        "id": f"s{seed}",
+        "tracks": tracks,
+        "map_features": lanes,
+        "metadata": {"sdc_id": "veh0"},
+        "dynamic_map_states": {"tl0": {"type": "TRAFFIC_LIGHT", "lane": "l1", "state": {"object_state": states}}},
+    }
 
 
 def test_scenario_to_scene_and_tokens():
@@ -89,12 +116,24 @@ def test_paper_scale_code_path(tmp_path):
     data.mkdir()
     write_dataset(data, [fake_scenario(i) for i in range(4)], sub="part0")
     with pytest.raises(ExperimentError, match="trust_pickles"):  # no opt-in, no unpickling
-        run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                       options={"data_dir": str(data)})
-    rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                         options={"data_dir": str(data), "trust_pickles": "1", "size": "small", "steps": "2",
-                                  "batch": "2",
-                                  "n_eval": "1", "horizon": "8"})
+        run_experiment(
+            EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False, options={"data_dir": str(data)}
+        )
+    rec = run_experiment(
+        EXPERIMENT,
+        "paper",
+        out_root=tmp_path / "runs",
+        show_progress=False,
+        options={
+            "data_dir": str(data),
+            "trust_pickles": "1",
+            "size": "small",
+            "steps": "2",
+            "batch": "2",
+            "n_eval": "1",
+            "horizon": "8",
+        },
+    )
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert {c["name"] for c in res["claims"]} == {"C1", "C2", "C3"}
     assert (rec.out_dir / "ckpt_seed0" / "checkpoint.pt").exists()

@@ -57,8 +57,9 @@ def test_round_trip_ace_bound_and_no_growth(town_windows):
 def test_label_is_bruteforce_argmin():
     mt = MotionTokenizer()
     rng = np.random.default_rng(0)
-    state = np.column_stack([rng.normal(size=5) * 10, rng.normal(size=5) * 10, rng.uniform(-3, 3, 5),
-                             rng.uniform(0, 15, 5)])
+    state = np.column_stack(
+        [rng.normal(size=5) * 10, rng.normal(size=5) * 10, rng.uniform(-3, 3, 5), rng.uniform(0, 15, 5)]
+    )
     size = np.column_stack([rng.uniform(3, 5, 5), rng.uniform(1.5, 2, 5)])
     target = mt.step(state, rng.integers(0, 1089, 5)) + rng.normal(scale=0.2, size=(5, 4)) * [1, 1, 0.05, 0]
     lab = mt.label(state, target, size)

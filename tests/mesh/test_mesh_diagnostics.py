@@ -69,5 +69,7 @@ def test_loop_diagnostics_shapes_and_vanilla_error():
     assert len(d["router_write"]) == 4 and abs(sum(d["router_read"][0]) - 1) < 1e-5
     assert m.training  # restored
     with pytest.raises(ValueError):
-        loop_diagnostics(RecursiveNeoX(MeshConfig(vocab_size=30, d_model=16, n_heads=2, layout="3",
-                                                  scheme="base", max_seq_len=32)), x)
+        loop_diagnostics(
+            RecursiveNeoX(MeshConfig(vocab_size=30, d_model=16, n_heads=2, layout="3", scheme="base", max_seq_len=32)),
+            x,
+        )

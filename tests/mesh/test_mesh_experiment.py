@@ -40,8 +40,13 @@ def test_paper_scale_needs_local_paths(tmp_path):
     with pytest.raises(ExperimentError):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path, show_progress=False)
     with pytest.raises(ExperimentError):
-        run_experiment(EXPERIMENT, "paper", out_root=tmp_path, show_progress=False,
-                       options={"pythia": str(tmp_path / "nope"), "tokens": str(tmp_path / "nope.npy")})
+        run_experiment(
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path,
+            show_progress=False,
+            options={"pythia": str(tmp_path / "nope"), "tokens": str(tmp_path / "nope.npy")},
+        )
 
 
 def test_paper_scale_code_path_on_tiny_checkpoint(tmp_path):
@@ -52,16 +57,29 @@ def test_paper_scale_code_path_on_tiny_checkpoint(tmp_path):
     tiny_random_causal_lm(ckpt, hidden=32, layers=4, heads=2, arch="gpt_neox", max_positions=64)
     toks = np.random.default_rng(0).integers(0, 259, size=6000).astype(np.uint16)
     np.save(tmp_path / "tokens.npy", toks)
-    opts = {"pythia": str(ckpt), "tokens": str(tmp_path / "tokens.npy"), "layout": "1+1R2+1", "steps": "3",
-            "batch": "4", "seq_len": "16", "val_tokens": "400", "eval_every": "2"}
+    opts = {
+        "pythia": str(ckpt),
+        "tokens": str(tmp_path / "tokens.npy"),
+        "layout": "1+1R2+1",
+        "steps": "3",
+        "batch": "4",
+        "seq_len": "16",
+        "val_tokens": "400",
+        "eval_every": "2",
+    }
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False, options=opts)
         _check_results(rec.out_dir)
         # also from the checkpoint's weights (mapped into prelude/core/coda)
-        rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                             options={**opts, "init_from": str(ckpt), "steps": "1"})
+        rec = run_experiment(
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path / "runs",
+            show_progress=False,
+            options={**opts, "init_from": str(ckpt), "steps": "1"},
+        )
         _check_results(rec.out_dir)
     finally:
         torch.set_num_threads(n)
@@ -81,9 +99,10 @@ def test_pythia_checkpoint_maps_exactly_into_untied_passthrough_mesh(tmp_path):
     torch.testing.assert_close(m(x), hf(x).logits, atol=1e-5, rtol=1e-4)
     shared = load_pythia(ckpt, layout="1+1R2+1", scheme="base", core_init="average")
     sd = hf.state_dict()
-    torch.testing.assert_close(shared.cores[0].layers[0].mlp.dense_h_to_4h.weight,
-                               (sd["gpt_neox.layers.1.mlp.dense_h_to_4h.weight"]
-                                + sd["gpt_neox.layers.2.mlp.dense_h_to_4h.weight"]) / 2)
+    torch.testing.assert_close(
+        shared.cores[0].layers[0].mlp.dense_h_to_4h.weight,
+        (sd["gpt_neox.layers.1.mlp.dense_h_to_4h.weight"] + sd["gpt_neox.layers.2.mlp.dense_h_to_4h.weight"]) / 2,
+    )
     with pytest.raises(ValueError):
         load_pythia(ckpt, layout="1+1R3+1")  # depth 5 != 4 layers
 

@@ -63,8 +63,15 @@ def test_default_buffer_size_is_n_loop_plus_3():
     assert tiny(buffer_size=9).slots == 9
 
 
-@pytest.mark.parametrize("layout,router_input,impl", [("1+2R3+1", "h_pre", "buffer"), ("1+2R3+1", "h_pre", "unrolled"),
-                                                      ("1+1R2+1", "h_emb", "unrolled"), ("0+2R2+0", "h_pre", "buffer")])
+@pytest.mark.parametrize(
+    "layout,router_input,impl",
+    [
+        ("1+2R3+1", "h_pre", "buffer"),
+        ("1+2R3+1", "h_pre", "unrolled"),
+        ("1+1R2+1", "h_emb", "unrolled"),
+        ("0+2R2+0", "h_pre", "buffer"),
+    ],
+)
 def test_mesh_with_passthrough_routers_equals_base(layout, router_input, impl):
     """One-hot routers (transition -> slot 1, step t -> slot t+2) must compute exactly base recursion."""
     cfg = tiny(layout=layout, transition_router_input=router_input, mesh_impl=impl)
@@ -238,9 +245,17 @@ def test_init_scales():
 @pytest.mark.parametrize("parallel", [True, False])
 def test_vanilla_matches_hugging_face_gpt_neox(parallel):
     transformers = pytest.importorskip("transformers")
-    hc = transformers.GPTNeoXConfig(vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                                    intermediate_size=64, rotary_pct=0.25, max_position_embeddings=64,
-                                    use_parallel_residual=parallel, tie_word_embeddings=False)
+    hc = transformers.GPTNeoXConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        rotary_pct=0.25,
+        max_position_embeddings=64,
+        use_parallel_residual=parallel,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(3)
     hf = transformers.GPTNeoXForCausalLM(hc).eval()
     from iclr26.mesh.pythia import map_gpt_neox_state_dict, pythia_config

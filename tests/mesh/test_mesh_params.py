@@ -32,14 +32,17 @@ def test_meta_device_allocates_nothing():
     assert all(p.device.type == "meta" for p in m.parameters())
 
 
-@pytest.mark.parametrize("kw", [
-    dict(layout="2+1R3+1", scheme="mesh"),
-    dict(layout="1+2R2+0", scheme="mesh", buffer_size=3),
-    dict(layout="1+2R2+1", scheme="anchor"),
-    dict(layout="1+1R3+1", scheme="mesh", share_core=False),
-    dict(layout="4", scheme="base", tie_embeddings=True),
-    dict(layout="0+3R2+0", scheme="residual", d_ff=40),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(layout="2+1R3+1", scheme="mesh"),
+        dict(layout="1+2R2+0", scheme="mesh", buffer_size=3),
+        dict(layout="1+2R2+1", scheme="anchor"),
+        dict(layout="1+1R3+1", scheme="mesh", share_core=False),
+        dict(layout="4", scheme="base", tie_embeddings=True),
+        dict(layout="0+3R2+0", scheme="residual", d_ff=40),
+    ],
+)
 def test_formula_equals_built_model(kw):
     cfg = MeshConfig(vocab_size=37, d_model=16, n_heads=2, max_seq_len=32, **kw)
     formula = count_parameters(cfg)

@@ -12,13 +12,36 @@ def _b(i):
 def tiny_app() -> App:
     """r --0:A--> r_0 --3:X--> r_0_3 --5:Z--> r_0_3_5 (gold), plus the shortcut r --2--> r_0_3,
     r --1:B--> r_1, r_0 --4:Y--> r_0_4, an input and a scroll on r_1."""
-    acts = {click_string("A", _b(0)): 0, click_string("B", _b(1)): 1, click_string("Recommended: X", _b(2)): 2,
-            click_string("X", _b(0)): 3, click_string("Y", _b(1)): 4, click_string("Z", _b(0)): 5,
-            input_string("Filter", "red"): 6, scroll_string(((40, 240), (1040, 1000)), "up"): 7}
-    page_actions = {"r": [0, 1, 2], "r_0": [3, 4], "r_0_3": [5], "r_0_3_5": [], "r_1": [6, 7], "r_0_4": [],
-                    "r_1_6": [], "r_1_7": []}
-    triples = [("r", 0, "r_0"), ("r", 1, "r_1"), ("r", 2, "r_0_3"), ("r_0", 3, "r_0_3"), ("r_0", 4, "r_0_4"),
-               ("r_0_3", 5, "r_0_3_5"), ("r_1", 6, "r_1_6"), ("r_1", 7, "r_1_7")]
+    acts = {
+        click_string("A", _b(0)): 0,
+        click_string("B", _b(1)): 1,
+        click_string("Recommended: X", _b(2)): 2,
+        click_string("X", _b(0)): 3,
+        click_string("Y", _b(1)): 4,
+        click_string("Z", _b(0)): 5,
+        input_string("Filter", "red"): 6,
+        scroll_string(((40, 240), (1040, 1000)), "up"): 7,
+    }
+    page_actions = {
+        "r": [0, 1, 2],
+        "r_0": [3, 4],
+        "r_0_3": [5],
+        "r_0_3_5": [],
+        "r_1": [6, 7],
+        "r_0_4": [],
+        "r_1_6": [],
+        "r_1_7": [],
+    }
+    triples = [
+        ("r", 0, "r_0"),
+        ("r", 1, "r_1"),
+        ("r", 2, "r_0_3"),
+        ("r_0", 3, "r_0_3"),
+        ("r_0", 4, "r_0_4"),
+        ("r_0_3", 5, "r_0_3_5"),
+        ("r_1", 6, "r_1_6"),
+        ("r_1", 7, "r_1_7"),
+    ]
     return App("r", acts, page_actions, triples)
 
 

@@ -45,10 +45,15 @@ def test_bc_agent_learns_on_held_out_apps():
 
 def test_asking_and_noise_aware_wrappers():
     corpus, _, tasks = _setup()
-    easy = mean_metrics([multi_path_episode(corpus, t, LexicalAgent(), instruction="easy", step_instructions=False)
-                         for t in tasks])
-    ask = [multi_path_episode(corpus, t, AskingAgent(LexicalAgent()), instruction="easy", step_instructions=False,
-                              allow_ask=True) for t in tasks]
+    easy = mean_metrics(
+        [multi_path_episode(corpus, t, LexicalAgent(), instruction="easy", step_instructions=False) for t in tasks]
+    )
+    ask = [
+        multi_path_episode(
+            corpus, t, AskingAgent(LexicalAgent()), instruction="easy", step_instructions=False, allow_ask=True
+        )
+        for t in tasks
+    ]
     assert all(r["asks"] == len(t.qa) for r, t in zip(ask, tasks))
     assert mean_metrics(ask)["success"] > easy["success"]
     # without allow_ask an ask is an error that costs a round, never an answer

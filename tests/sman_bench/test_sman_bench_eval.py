@@ -101,13 +101,18 @@ def test_char_f1_known_pairs():
 
 def test_noisy_back_skipped_and_compat_type_acc():
     el = [UIElement("click", "Close", ((100, 200), (300, 400)))]
-    ep = {"task": tiny_task(), "screens": [
-        {"elements": el, "action": {"type": "back"}},
-        {"elements": el, "action": {"type": "click", "point": [200, 350]}}]}
+    ep = {
+        "task": tiny_task(),
+        "screens": [
+            {"elements": el, "action": {"type": "back"}},
+            {"elements": el, "action": {"type": "click", "point": [200, 350]}},
+        ],
+    }
 
     class Clicker:
         def act(self, obs):
             return Action("click", 0)
+
     assert noisy_episode(ep, Clicker()) == {"success": 1.0, "action_acc": 1.0, "type_acc": 1.0}
     assert noisy_episode(ep, Clicker(), compat=True)["type_acc"] == 0.0
 
@@ -125,11 +130,18 @@ def test_noisy_split_oracle_script_and_clean_control():
 
 
 actions = st.one_of(
-    st.none(), st.text(max_size=5), st.integers(), st.tuples(st.integers(), st.text(max_size=3)),
-    st.builds(Action, kind=st.sampled_from(ACTION_KINDS + ("tap", "")),
-              index=st.one_of(st.none(), st.integers(-3, 40), st.booleans()),
-              text=st.one_of(st.none(), st.text(max_size=8), st.integers()),
-              direction=st.one_of(st.none(), st.sampled_from(["up", "down", "x"]), st.integers())))
+    st.none(),
+    st.text(max_size=5),
+    st.integers(),
+    st.tuples(st.integers(), st.text(max_size=3)),
+    st.builds(
+        Action,
+        kind=st.sampled_from(ACTION_KINDS + ("tap", "")),
+        index=st.one_of(st.none(), st.integers(-3, 40), st.booleans()),
+        text=st.one_of(st.none(), st.text(max_size=8), st.integers()),
+        direction=st.one_of(st.none(), st.sampled_from(["up", "down", "x"]), st.integers()),
+    ),
+)
 
 _CORPUS, _ = generate_corpus(4, SMOKE_CONFIG)
 _TASKS = generate_tasks(_CORPUS, 3, 0)
@@ -151,8 +163,9 @@ def test_no_agent_output_crashes_an_evaluator(outputs):
 
     for t in _TASKS:
         for compat in (False, True):
-            r = multi_path_episode(_CORPUS, t, Fuzz(), max_rounds=5, allow_ask=True, compat=compat,
-                                   popup_rate=0.5 if compat else 0.0)
+            r = multi_path_episode(
+                _CORPUS, t, Fuzz(), max_rounds=5, allow_ask=True, compat=compat, popup_rate=0.5 if compat else 0.0
+            )
             assert 0 <= r["step_reward"] <= 1 and r["success"] in (0.0, 1.0)
         r = single_path_episode(_CORPUS, t, Fuzz())
         assert 0 <= r["action_acc"] <= 1
@@ -179,7 +192,8 @@ def test_popups_in_the_walk():
     # an agent that never dismisses stays on the overlay and fails
     stuck = multi_path_episode(c, t, ScriptAgent(app, plan), popup_rate=1.0, max_rounds=5)
     assert stuck["success"] == 0 and stuck["errors"] == 5
-    assert multi_path_episode(c, t, ScriptAgent(app, plan), popup_rate=0.0) == \
-        multi_path_episode(c, t, ScriptAgent(app, plan))
+    assert multi_path_episode(c, t, ScriptAgent(app, plan), popup_rate=0.0) == multi_path_episode(
+        c, t, ScriptAgent(app, plan)
+    )
     with pytest.raises(ValueError):
         multi_path_episode(c, t, ScriptAgent(app, plan), popup_rate=2.0)

@@ -30,17 +30,30 @@ def test_paper_path_on_local_files(tmp_path):
     (tmp_path / "tasks.json").write_text(json.dumps(recs))
     res = evaluate_directory(tmp_path / "corpus", tmp_path / "tasks.json", agent="oracle_gold", workers=2)
     assert res["n_tasks"] == 8 and res["multi_success"] == 1.0 and res["single_success"] == 1.0
-    rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                         options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"),
-                                  "agent": "lexical"})
+    rec = run_experiment(
+        EXPERIMENT,
+        "paper",
+        out_root=tmp_path / "runs",
+        show_progress=False,
+        options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"), "agent": "lexical"},
+    )
     assert rec.results["metrics"]["paper"]["n_tasks"] == 8
     with pytest.raises(ExperimentError):
-        run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                       options={"corpus_dir": str(tmp_path / "nope"), "tasks": str(tmp_path / "tasks.json")})
+        run_experiment(
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path / "runs",
+            show_progress=False,
+            options={"corpus_dir": str(tmp_path / "nope"), "tasks": str(tmp_path / "tasks.json")},
+        )
     with pytest.raises(ExperimentError, match="unknown agent"):
-        run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False,
-                       options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"),
-                                "agent": "gpt"})
+        run_experiment(
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path / "runs",
+            show_progress=False,
+            options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"), "agent": "gpt"},
+        )
 
 
 @pytest.mark.slow

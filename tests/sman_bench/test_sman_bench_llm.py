@@ -29,8 +29,11 @@ class _Server:
                     self.send_response(500)
                     self.end_headers()
                     return
-                body = r.encode() if r.startswith("RAW:") else json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": r}}]}).encode()
+                body = (
+                    r.encode()
+                    if r.startswith("RAW:")
+                    else json.dumps({"choices": [{"message": {"role": "assistant", "content": r}}]}).encode()
+                )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -51,8 +54,12 @@ class _Server:
 
 
 def _obs():
-    els = [UIElement("click", "Red Lamp", ((0, 0), (10, 10))), UIElement("input", "Filter", None),
-           UIElement("scroll", "list", ((0, 0), (100, 100))), UIElement("click", "Home", ((0, 0), (5, 5)))]
+    els = [
+        UIElement("click", "Red Lamp", ((0, 0), (10, 10))),
+        UIElement("input", "Filter", None),
+        UIElement("scroll", "list", ((0, 0), (100, 100))),
+        UIElement("click", "Home", ((0, 0), (5, 5))),
+    ]
     return Observation("Open the Red Lamp.", "Select Red Lamp.", els, "r", "r", qa_slots=["item"])
 
 
@@ -63,16 +70,32 @@ def test_parse_action_valid_and_malformed():
     assert parse_action('Action: scroll(s1, "up")', o) == Action("scroll", 2, direction="up")
     assert parse_action("Action: back()", o) == Action("back")
     assert parse_action('Action: ask("item")', o) == Action("ask", text="item")
-    for bad in ("", "Action: click(c9)", "Action: tap(c1)", "Action: input(i1)", 'Action: scroll(s1, "diag")',
-                "no action here", None, 42, "Action: click(", "Action: ask()"):
+    for bad in (
+        "",
+        "Action: click(c9)",
+        "Action: tap(c1)",
+        "Action: input(i1)",
+        'Action: scroll(s1, "diag")',
+        "no action here",
+        None,
+        42,
+        "Action: click(",
+        "Action: ask()",
+    ):
         assert parse_action(bad, o).kind == "invalid", bad
     p = build_prompt(o)
-    assert "c1: click \"Red Lamp\"" in p and "i1: input" in p and "s1: scroll" in p and "Current step" in p
+    assert 'c1: click "Red Lamp"' in p and "i1: input" in p and "s1: scroll" in p and "Current step" in p
 
 
 def test_llm_agent_against_local_server():
-    replies = ["Action: click(c1)", "garbage without an action", "RAW:not json at all", "HTTP500",
-               "Action: click(c1)", "Action: click(c1)"]
+    replies = [
+        "Action: click(c1)",
+        "garbage without an action",
+        "RAW:not json at all",
+        "HTTP500",
+        "Action: click(c1)",
+        "Action: click(c1)",
+    ]
     with _Server(replies) as srv:
         agent = LLMAgent(LLMConfig(srv.url, model="tiny", api_key="k", timeout_s=5))
         c, t = tiny_corpus(), tiny_task()

@@ -29,24 +29,33 @@ def test_valid_call_fast_equals_sandbox_equals_direct_tool():
 def test_whitelist_rejects_anything_else():
     ok = CALL.format(a="x", b="y")
     assert whitelist_form(ok) is not None
-    for code in ("import os\n" + ok, ok + "x = 1\n", ok.replace("image_1", "open('f')"),
-                 ok.replace('["x", "y"]', "[k for k in 'ab']"), ok.replace("columns_bbox", "{}"),
-                 "img = focus_on_columns_with_mask(image_1, ['x'], columns_bbox)\n",  # no display
-                 "display(image_1.copy())\n", "print(1)\n"):
+    for code in (
+        "import os\n" + ok,
+        ok + "x = 1\n",
+        ok.replace("image_1", "open('f')"),
+        ok.replace('["x", "y"]', "[k for k in 'ab']"),
+        ok.replace("columns_bbox", "{}"),
+        "img = focus_on_columns_with_mask(image_1, ['x'], columns_bbox)\n",  # no display
+        "display(image_1.copy())\n",
+        "print(1)\n",
+    ):
         assert whitelist_form(code) is None, code
 
 
-@pytest.mark.parametrize("code,kind", [
-    ("import os\ndisplay(image_1)\n", "ImportBlocked"),
-    ("f = open('/etc/passwd')\ndisplay(image_1)\n", "SecurityViolation"),
-    ("x = ().__class__.__bases__\ndisplay(image_1)\n", "SecurityViolation"),
-    ("raise ValueError('boom')\n", "RuntimeError"),
-    ("img = focus_on_columns_with_mask(image_1, [tok_7], columns_bbox)\ndisplay(img)\n", "RuntimeError"),
-    ("display(3)\n", "NotAnImage"),
-    ("img = focus_on_columns_with_mask(image_1, ['x'], columns_bbox)\n", "NoImage"),
-    ("img = focus_on_columns_with_mask(image_1, ['x']\n", "SyntaxError"),
-    ("while True:\n    pass\n", "Timeout"),
-])
+@pytest.mark.parametrize(
+    "code,kind",
+    [
+        ("import os\ndisplay(image_1)\n", "ImportBlocked"),
+        ("f = open('/etc/passwd')\ndisplay(image_1)\n", "SecurityViolation"),
+        ("x = ().__class__.__bases__\ndisplay(image_1)\n", "SecurityViolation"),
+        ("raise ValueError('boom')\n", "RuntimeError"),
+        ("img = focus_on_columns_with_mask(image_1, [tok_7], columns_bbox)\ndisplay(img)\n", "RuntimeError"),
+        ("display(3)\n", "NotAnImage"),
+        ("img = focus_on_columns_with_mask(image_1, ['x'], columns_bbox)\n", "NoImage"),
+        ("img = focus_on_columns_with_mask(image_1, ['x']\n", "SyntaxError"),
+        ("while True:\n    pass\n", "Timeout"),
+    ],
+)
 def test_hostile_or_malformed_code_is_a_failed_step(code, kind):
     ex = ToolExecutor(limits=SandboxLimits(timeout_s=1.0, memory_mb=1024))
     res = ex.execute(code, CHART.image, CHART.bboxes)
@@ -55,10 +64,12 @@ def test_hostile_or_malformed_code_is_a_failed_step(code, kind):
 
 def test_namespace_is_tools_inputs_display_only_and_original_untouched():
     want = sorted(tools.TOOL_NAMES) + ["columns_bbox", "display", "image_1", "rows_bbox"]
-    code = ("names = sorted(n for n in dir() if n[0] != '_')\n"
-            f"ok = names == {sorted(want)!r}\n"
-            "image_1.paste((0, 0, 0), (0, 0, 48, 48))\n"
-            "if ok:\n    display(image_1)\n")
+    code = (
+        "names = sorted(n for n in dir() if n[0] != '_')\n"
+        f"ok = names == {sorted(want)!r}\n"
+        "image_1.paste((0, 0, 0), (0, 0, 48, 48))\n"
+        "if ok:\n    display(image_1)\n"
+    )
     img = Image.fromarray(CHART.image)
     before = np.asarray(img).copy()
     res = ToolExecutor().execute(code, img, CHART.bboxes)

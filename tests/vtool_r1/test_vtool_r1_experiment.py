@@ -37,8 +37,12 @@ def test_small_run(tmp_path):
 def _rows(tmp_path):
     s = make_chart(np.random.default_rng(0), "VAL")
     Image.fromarray(s.image).save(tmp_path / "c.png")
-    row = {"figure_path": "c.png", "question": s.question, "answer": s.answer,
-           "metadata": json.dumps({"type": "v_bar", "x_values_bbox": s.bboxes})}
+    row = {
+        "figure_path": "c.png",
+        "question": s.question,
+        "answer": s.answer,
+        "metadata": json.dumps({"type": "v_bar", "x_values_bbox": s.bboxes}),
+    }
     (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
     return s
 
@@ -52,8 +56,10 @@ def test_paper_path_with_a_stub_policy(tmp_path):
     def policy(messages):
         seen.append(messages)
         if len(messages) == 1:  # round 1: call the tool
-            return ("THOUGHT 0: focus.\nACTION 0:\n```python\n"
-                    f"img = focus_on_columns_with_mask(image_1, ['{s.args[0]}'], columns_bbox)\n```")
+            return (
+                "THOUGHT 0: focus.\nACTION 0:\n```python\n"
+                f"img = focus_on_columns_with_mask(image_1, ['{s.args[0]}'], columns_bbox)\n```"
+            )
         return f"ANSWER: it is {s.answer}. FINAL ANSWER: {s.answer}. TERMINATE"
 
     out = two_round_rollout(policy, rows[0], VToolEnv(version="v2"))
@@ -103,8 +109,9 @@ def test_judge_client_against_a_stub_server():
 
 
 def test_v1_preset_through_the_experiment(tmp_path):
-    rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False,
-                         options={"version": "v1", "rl_steps": "1"})
+    rec = run_experiment(
+        EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options={"version": "v1", "rl_steps": "1"}
+    )
     cfg = rec.results["metrics"]["config"]["rl"]
     assert cfg["version"] == "v1" and cfg["round2_temperature"] == 0.5 and cfg["steps"] == 1
     with pytest.raises(ExperimentError):

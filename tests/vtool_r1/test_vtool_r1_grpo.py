@@ -61,16 +61,25 @@ def test_masks_v2(monkeypatch):
 def test_masks_v1_failure_trains_round1(monkeypatch):
     s, r1, r2 = _batch()
     _scripted(monkeypatch, r1, r2)
-    ro = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor("v1"), 1.0, 0.5,
-                         "v1")
+    ro = R.rollout_tools(
+        TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor("v1"), 1.0, 0.5, "v1"
+    )
     assert ro.n_images.tolist() == [1, 2, 1]  # v1: no round 2 after a failed call
     assert ro.mask[2].nonzero().flatten().tolist() == list(range(Q_LEN - 1, Q_LEN - 1 + 4))  # y' incl. ENDCALL
     assert ro.rewards[2] == 0.0 and ro.mask[1].nonzero().flatten().tolist() == [Q_LEN + R1_LEN, Q_LEN + R1_LEN + 1]
     # the non-paper variant trains y' on the tool path too
     _scripted(monkeypatch, r1, r2)
-    ro2 = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor(), 1.0, 1.0,
-                          "v2", train_tool_tokens=True)
-    assert ro2.mask[1, Q_LEN - 1:Q_LEN - 1 + 5].sum() == 5
+    ro2 = R.rollout_tools(
+        TinyToolVLM(TINY),
+        [s] * 3,
+        torch.zeros(3, dtype=torch.long),
+        ToolExecutor(),
+        1.0,
+        1.0,
+        "v2",
+        train_tool_tokens=True,
+    )
+    assert ro2.mask[1, Q_LEN - 1 : Q_LEN - 1 + 5].sum() == 5
 
 
 def test_group_advantages_hand_values_and_bookkeeping(monkeypatch):
@@ -161,7 +170,8 @@ def test_grpo_step_runs_and_presets():
     ro = R.rollout_tools(model, samples, g, ToolExecutor(), 1.0, 1.0, "v2", gen)
     ro.rewards = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
     before = [p.detach().clone() for p in model.parameters()]
-    stats = grpo_step(model, ref, torch.optim.AdamW(model.parameters(), lr=1e-2), ro,
-                      VToolConfig(group_size=4, n_prompts=2), gen)
+    stats = grpo_step(
+        model, ref, torch.optim.AdamW(model.parameters(), lr=1e-2), ro, VToolConfig(group_size=4, n_prompts=2), gen
+    )
     assert np.isfinite(stats["loss"])
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

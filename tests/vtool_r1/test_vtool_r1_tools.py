@@ -15,13 +15,16 @@ def _img(seed=0, w=40, h=30):
     return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
 
 
-BOXES = {"a": {"x1": 2, "y1": 3, "x2": 9, "y2": 12}, "b": {"x1": 14, "y1": 3, "x2": 21, "y2": 12},
-         "c": {"x1": 26, "y1": 16, "x2": 35, "y2": 26}}
+BOXES = {
+    "a": {"x1": 2, "y1": 3, "x2": 9, "y2": 12},
+    "b": {"x1": 14, "y1": 3, "x2": 21, "y2": 12},
+    "c": {"x1": 26, "y1": 16, "x2": 35, "y2": 26},
+}
 
 
 def _region(b, pad, w=40, h=30):
     m = np.zeros((h, w), bool)
-    m[max(0, b["y1"] - pad):min(h, b["y2"] + pad + 1), max(0, b["x1"] - pad):min(w, b["x2"] + pad + 1)] = True
+    m[max(0, b["y1"] - pad) : min(h, b["y2"] + pad + 1), max(0, b["x1"] - pad) : min(w, b["x2"] + pad + 1)] = True
     return m
 
 
@@ -86,7 +89,7 @@ def test_tools_on_a_chart_and_specs():
     # only one bar left: every grey bar pixel is inside the focused column
     grey = (out == [110, 110, 110]).all(-1)
     b = s.bboxes[s.args[0]]
-    assert grey.any() and grey[:, : b["x1"]].sum() == 0 and grey[:, b["x2"] + 1:].sum() == 0
+    assert grey.any() and grey[:, : b["x1"]].sum() == 0 and grey[:, b["x2"] + 1 :].sum() == 0
     assert set(tools.V2_TOOLS) == set(tools.TOOL_NAMES) and len(tools.TOOL_NAMES) == 12
     with pytest.raises(ValueError):
         tools.tool_specs("v3")

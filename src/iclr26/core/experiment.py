@@ -33,9 +33,23 @@ import numpy as np
 from iclr26.core.report import METRICS_FILE
 from iclr26.core.serialize import to_jsonable
 
-__all__ = ["METRICS_FILE", "SCALES", "Claim", "ClaimResult", "Experiment", "ExperimentError", "RunContext",
-           "RunOutput", "RunRecord", "discover", "evaluate_claims", "mean_std", "register", "run_experiment",
-           "to_jsonable"]
+__all__ = [
+    "METRICS_FILE",
+    "SCALES",
+    "Claim",
+    "ClaimResult",
+    "Experiment",
+    "ExperimentError",
+    "RunContext",
+    "RunOutput",
+    "RunRecord",
+    "discover",
+    "evaluate_claims",
+    "mean_std",
+    "register",
+    "run_experiment",
+    "to_jsonable",
+]
 
 SCALES: tuple[str, ...] = ("smoke", "small", "paper")
 SCALE_HELP = {
@@ -132,8 +146,9 @@ class RunContext:
 
         row = {"series": str(series), "step": int(step)}
         for key, value in scalars.items():
-            row[str(key)] = to_jsonable(float(value) if hasattr(value, "item") and not isinstance(value, str)
-                                        else value)
+            row[str(key)] = to_jsonable(
+                float(value) if hasattr(value, "item") and not isinstance(value, str) else value
+            )
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -166,8 +181,7 @@ class RunContext:
         """A tqdm progress bar (disabled when ``show_progress`` is False)."""
         from tqdm.auto import tqdm
 
-        return tqdm(iterable, total=total, desc=desc, disable=not self.show_progress, leave=False,
-                    dynamic_ncols=True)
+        return tqdm(iterable, total=total, desc=desc, disable=not self.show_progress, leave=False, dynamic_ncols=True)
 
     def figure_path(self, name: str) -> Path:
         """Path for a PNG figure in the run folder; registered so the report links it."""
@@ -268,8 +282,11 @@ def evaluate_claims(claims: Sequence[Claim], measured: Mapping[str, Any]) -> lis
     results = []
     for claim in claims:
         if claim.name not in measured:
-            results.append(ClaimResult(claim.name, claim.statement, claim.paper_value, None, claim.rule,
-                                       False, "not measured by this run"))
+            results.append(
+                ClaimResult(
+                    claim.name, claim.statement, claim.paper_value, None, claim.rule, False, "not measured by this run"
+                )
+            )
             continue
         value = measured[claim.name]
         try:
@@ -279,8 +296,7 @@ def evaluate_claims(claims: Sequence[Claim], measured: Mapping[str, Any]) -> lis
             err = None
         except Exception as exc:  # a broken check is a failed claim, reported
             passed, err = False, f"{type(exc).__name__}: {exc}"
-        results.append(ClaimResult(claim.name, claim.statement, claim.paper_value, value, claim.rule,
-                                   passed, err))
+        results.append(ClaimResult(claim.name, claim.statement, claim.paper_value, value, claim.rule, passed, err))
     return results
 
 
@@ -425,16 +441,26 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import iclr26
 
-    info: dict[str, Any] = {"argv": list(sys.argv if argv is None else argv), "python": platform.python_version(),
-                            "numpy": np.__version__, "iclr26": iclr26.__version__, "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "argv": list(sys.argv if argv is None else argv),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "iclr26": iclr26.__version__,
+        "platform": platform.platform(),
+    }
     torch = sys.modules.get("torch")
     info["torch"] = getattr(torch, "__version__", None) if torch else _dist_version("torch")
     try:
         root = Path(__file__).resolve().parents[3]
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         if commit.returncode == 0:
             info["git_commit"] = commit.stdout.strip()
             info["git_dirty"] = bool(dirty.stdout.strip())
@@ -452,9 +478,15 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = None,
-                   out_root: str | Path = "runs", options: Mapping[str, str] | None = None,
-                   show_progress: bool = True, argv: Sequence[str] | None = None) -> RunRecord:
+def run_experiment(
+    exp: Experiment,
+    scale: str,
+    seeds: Sequence[int] | None = None,
+    out_root: str | Path = "runs",
+    options: Mapping[str, str] | None = None,
+    show_progress: bool = True,
+    argv: Sequence[str] | None = None,
+) -> RunRecord:
     """Run ``exp`` at ``scale``, evaluate its claims, write config/results/report/figures.
 
     ``options`` are the ``--set`` pairs: applied to the experiment's typed config (a
@@ -473,12 +505,25 @@ def run_experiment(exp: Experiment, scale: str, seeds: Sequence[int] | None = No
     options = {str(k): str(v) for k, v in (options or {}).items()}
     cfg = resolve_config(exp, scale, options)
     out_dir = new_run_dir(Path(out_root), exp.slug)
-    ctx = RunContext(scale=scale, seeds=seeds, out_dir=out_dir, options=options,
-                     device=options.get("device", "cpu"), show_progress=show_progress, cfg=cfg)
-    config = {"slug": exp.slug, "title": exp.title, "arxiv": exp.arxiv, "scale": scale,
-              "seeds": list(seeds), "options": options,
-              "config": config_to_dict(cfg) if cfg is not None else None,
-              "provenance": provenance(argv)}
+    ctx = RunContext(
+        scale=scale,
+        seeds=seeds,
+        out_dir=out_dir,
+        options=options,
+        device=options.get("device", "cpu"),
+        show_progress=show_progress,
+        cfg=cfg,
+    )
+    config = {
+        "slug": exp.slug,
+        "title": exp.title,
+        "arxiv": exp.arxiv,
+        "scale": scale,
+        "seeds": list(seeds),
+        "options": options,
+        "config": config_to_dict(cfg) if cfg is not None else None,
+        "provenance": provenance(argv),
+    }
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     start = time.perf_counter()
     output = exp.run(ctx)

@@ -138,12 +138,8 @@ def group_advantages(
     mean = torch.zeros(k, dtype=torch.float64, device=r.device).index_add_(0, gid, r) / count
     centered = r - mean[gid]  # r_i - mu_g
     # degenerate groups: size 1 or all rewards equal (max == min) -> advantage exactly 0
-    gmax = torch.full((k,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, gid, r, reduce="amax"
-    )
-    gmin = torch.full((k,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, gid, r, reduce="amin"
-    )
+    gmax = torch.full((k,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, gid, r, reduce="amax")
+    gmin = torch.full((k,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, gid, r, reduce="amin")
     degenerate = (gmax == gmin)[gid]
     if normalize == "mean_std":
         sq = torch.zeros(k, dtype=torch.float64, device=r.device).index_add_(0, gid, centered**2)
@@ -295,8 +291,7 @@ def policy_loss(
     return loss, stats
 
 
-def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean",
-          clamp: float | None = None) -> Tensor:
+def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor, agg: Agg = "token_mean", clamp: float | None = None) -> Tensor:
     r"""k3 estimator of KL(pi_theta || pi_ref) on tokens sampled from pi_theta, aggregated like the loss.
 
     With :math:`d_{bt} = \log\pi_{ref} - \log\pi_\theta` (Schulman's "k3"):
@@ -453,6 +448,13 @@ class GRPOConfig:
     ) -> tuple[Tensor, dict[str, float]]:
         """:func:`grpo_loss` with this config's clipping, KL coefficient and aggregation."""
         return grpo_loss(
-            logp, old_logp, ref_logp, advantages, mask, self.clip_eps, self.clip_eps_high, self.kl_coef,
+            logp,
+            old_logp,
+            ref_logp,
+            advantages,
+            mask,
+            self.clip_eps,
+            self.clip_eps_high,
+            self.kl_coef,
             self.agg,
         )

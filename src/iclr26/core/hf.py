@@ -52,9 +52,7 @@ def _require_transformers() -> Any:
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - exercised via sys.modules patching in the tests
-        raise ImportError(
-            "iclr26.core.hf needs the optional dependency transformers: pip install 'iclr26[hf]'"
-        ) from e
+        raise ImportError("iclr26.core.hf needs the optional dependency transformers: pip install 'iclr26[hf]'") from e
     return transformers
 
 
@@ -111,8 +109,7 @@ def _dtype_kwargs(transformers: Any, dtype: Any) -> dict[str, Any]:
             raise ValueError(f"unknown dtype {dtype!r} (use a torch.dtype, its name, or 'auto')")
         dtype = resolved
     major, minor = (
-        int("".join(c for c in part if c.isdigit()) or 0)
-        for part in transformers.__version__.split(".")[:2]
+        int("".join(c for c in part if c.isdigit()) or 0) for part in transformers.__version__.split(".")[:2]
     )
     key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     return {key: dtype}
@@ -282,22 +279,41 @@ def tiny_random_causal_lm(
     }
     if arch == "gpt2":
         config = transformers.GPT2Config(
-            vocab_size=vocab_size, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=max_positions,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
+            vocab_size=vocab_size,
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=heads,
+            n_positions=max_positions,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **ids,
         )
         model_cls = transformers.GPT2LMHeadModel
     elif arch == "llama":
         config = transformers.LlamaConfig(
-            vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
-            attention_dropout=0.0, **ids,
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            max_position_embeddings=max_positions,
+            attention_dropout=0.0,
+            **ids,
         )
         model_cls = transformers.LlamaForCausalLM
     elif arch == "gpt_neox":
         config = transformers.GPTNeoXConfig(
-            vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, max_position_embeddings=max_positions, hidden_dropout=0.0,
-            attention_dropout=0.0, **ids,
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            max_position_embeddings=max_positions,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            **ids,
         )
         model_cls = transformers.GPTNeoXForCausalLM
     else:

@@ -35,15 +35,17 @@ def _e(value: Any) -> str:
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>{_CSS}</style>"
-            f"</head><body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style>'
+        f"</head><body>\n{body}\n</body></html>\n"
+    )
 
 
 def _verdict_cell(claim: Mapping[str, Any], scale: str) -> str:
     text = verdict_text(claim, scale)
     cls = "na" if scale == "smoke" else ("pass" if claim.get("passed") else "fail")
-    return f"<td class=\"{cls}\" data-verdict=\"{_e(text)}\">{_e(text)}</td>"
+    return f'<td class="{cls}" data-verdict="{_e(text)}">{_e(text)}</td>'
 
 
 def _safe_name(text: str) -> str:
@@ -61,16 +63,21 @@ def render_run(run: Mapping[str, Any], config: Mapping[str, Any] | None, figures
     rows = []
     for c in claims:
         measured = "<br>".join(_e(f"{k}: {v}" if k else v) for k, v in measured_rows(c.get("measured")))
-        rows.append(f"<tr class=\"claim\" data-claim=\"{_e(c.get('name', ''))}\"><td>{_e(c.get('name', ''))}</td>"
-                    f"<td>{_e(c.get('statement', ''))}</td><td>{_e(fmt(c.get('paper_value')))}</td>"
-                    f"<td>{measured}</td><td>{_e(c.get('rule', ''))}</td>{_verdict_cell(c, scale)}</tr>")
+        rows.append(
+            f'<tr class="claim" data-claim="{_e(c.get("name", ""))}"><td>{_e(c.get("name", ""))}</td>'
+            f"<td>{_e(c.get('statement', ''))}</td><td>{_e(fmt(c.get('paper_value')))}</td>"
+            f"<td>{measured}</td><td>{_e(c.get('rule', ''))}</td>{_verdict_cell(c, scale)}</tr>"
+        )
     n_pass = sum(bool(c.get("passed")) for c in claims)
-    summary = (f"{len(claims)} claims (smoke checks the pipeline, not the claims)" if scale == "smoke"
-               else f"{n_pass}/{len(claims)} claims passed")
+    summary = (
+        f"{len(claims)} claims (smoke checks the pipeline, not the claims)"
+        if scale == "smoke"
+        else f"{n_pass}/{len(claims)} claims passed"
+    )
     parts = [
-        "<p><a href=\"index.html\">&larr; all papers</a></p>",
+        '<p><a href="index.html">&larr; all papers</a></p>',
         f"<h1>{_e(run['slug'])}: {_e(run.get('title', ''))}</h1>",
-        f"<p class=\"meta\">arXiv {_e(run.get('arxiv', ''))} &middot; scale <code>{_e(scale)}</code> &middot; "
+        f'<p class="meta">arXiv {_e(run.get("arxiv", ""))} &middot; scale <code>{_e(scale)}</code> &middot; '
         f"seeds {_e(run.get('seeds', []))} &middot; {float(run.get('wall_seconds', 0) or 0):.1f} s &middot; "
         f"{_e(run.get('date', ''))}</p>",
         f"<h2>Claims: {_e(summary)}</h2>",
@@ -78,13 +85,21 @@ def render_run(run: Mapping[str, Any], config: Mapping[str, Any] | None, figures
         "<th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
     ]
     if figures:
-        parts.append("<h2>Figures</h2>" + "".join(f"<figure><img src=\"{_e(f)}\" alt=\"{_e(f)}\">"
-                                                   f"<figcaption>{_e(f)}</figcaption></figure>" for f in figures))
-    parts.append("<h2>Metrics (every number, every seed)</h2><pre>"
-                 + _e(json.dumps(run.get("metrics", {}), indent=1)[:500_000]) + "</pre>")
+        parts.append(
+            "<h2>Figures</h2>"
+            + "".join(
+                f'<figure><img src="{_e(f)}" alt="{_e(f)}"><figcaption>{_e(f)}</figcaption></figure>' for f in figures
+            )
+        )
+    parts.append(
+        "<h2>Metrics (every number, every seed)</h2><pre>"
+        + _e(json.dumps(run.get("metrics", {}), indent=1)[:500_000])
+        + "</pre>"
+    )
     if config:
-        parts.append("<h2>Config</h2><pre>" + _e(json.dumps(config.get("config") or config.get("options"),
-                                                             indent=1)) + "</pre>")
+        parts.append(
+            "<h2>Config</h2><pre>" + _e(json.dumps(config.get("config") or config.get("options"), indent=1)) + "</pre>"
+        )
         parts.append("<h2>Provenance</h2><pre>" + _e(json.dumps(config.get("provenance", {}), indent=1)) + "</pre>")
     return _page(f"{run['slug']} · {scale}", "\n".join(parts))
 
@@ -98,12 +113,16 @@ def render_index(runs: list[Mapping[str, Any]]) -> str:
             verdicts = "n/a (smoke)"
         else:
             verdicts = f"{sum(bool(c.get('passed')) for c in claims)}/{len(claims)}"
-        rows.append(f"<tr><td><a href=\"{_e(run_page_name(r))}\">{_e(r['slug'])}</a></td><td>{_e(r.get('title', ''))}"
-                    f"</td><td>{_e(r['scale'])}</td><td>{_e(','.join(str(s) for s in r.get('seeds', [])))}</td>"
-                    f"<td>{_e(verdicts)}</td><td>{_e(r.get('date', ''))}</td></tr>")
-    body = ("<h1>iclr26: latest run of every paper and scale</h1>"
-            "<table><thead><tr><th>paper</th><th>title</th><th>scale</th><th>seeds</th><th>claims passed</th>"
-            "<th>date</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+        rows.append(
+            f'<tr><td><a href="{_e(run_page_name(r))}">{_e(r["slug"])}</a></td><td>{_e(r.get("title", ""))}'
+            f"</td><td>{_e(r['scale'])}</td><td>{_e(','.join(str(s) for s in r.get('seeds', [])))}</td>"
+            f"<td>{_e(verdicts)}</td><td>{_e(r.get('date', ''))}</td></tr>"
+        )
+    body = (
+        "<h1>iclr26: latest run of every paper and scale</h1>"
+        "<table><thead><tr><th>paper</th><th>title</th><th>scale</th><th>seeds</th><th>claims passed</th>"
+        "<th>date</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
     return _page("iclr26 results", body)
 
 

@@ -43,8 +43,15 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def seed_map(fn: Callable[[T], R], items: Sequence[T] | Iterable[T], *, workers: int = 1,
-             threads_per_worker: int = 1, progress: Callable[..., Any] | None = None, desc: str = "seeds") -> list[R]:
+def seed_map(
+    fn: Callable[[T], R],
+    items: Sequence[T] | Iterable[T],
+    *,
+    workers: int = 1,
+    threads_per_worker: int = 1,
+    progress: Callable[..., Any] | None = None,
+    desc: str = "seeds",
+) -> list[R]:
     """``[fn(x) for x in items]``, optionally over a spawn process pool; results in input order.
 
     fn: a module-level function (picklable) when ``workers > 1``.
@@ -64,8 +71,12 @@ def seed_map(fn: Callable[[T], R], items: Sequence[T] | Iterable[T], *, workers:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     results: dict[int, R] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker, initargs=(threads_per_worker,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(items)),
+        mp_context=mp.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads_per_worker,),
+    ) as pool:
         futures = {pool.submit(fn, item): k for k, item in enumerate(items)}
         for fut in wrap(as_completed(futures), total=len(futures), desc=desc):
             k = futures[fut]

@@ -44,8 +44,9 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3) \
-            else f"{value:.{digits}f}"
+        return (
+            f"{value:.{digits}g}" if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3) else f"{value:.{digits}f}"
+        )
     if _is_mean_std(value):
         if int(value["n"]) <= 1:
             return fmt(value["mean"], digits)
@@ -77,6 +78,7 @@ def measured_rows(measured: Any, prefix: str = "", depth: int = 0) -> list[tuple
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub markdown table; cells are formatted with :func:`fmt`."""
+
     def cell(v: Any) -> str:
         return (v if isinstance(v, str) else fmt(v)).replace("|", "\\|").replace("\n", " ")
 
@@ -86,9 +88,17 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def claims_markdown(claims: Sequence[Mapping[str, Any]], scale: str = "small") -> str:
-    rows = [[c["name"], c["statement"], fmt(c["paper_value"]),
-             "<br>".join(f"{k}: {v}" if k else v for k, v in measured_rows(c["measured"])), c["rule"],
-             verdict_text(c, scale)] for c in claims]
+    rows = [
+        [
+            c["name"],
+            c["statement"],
+            fmt(c["paper_value"]),
+            "<br>".join(f"{k}: {v}" if k else v for k, v in measured_rows(c["measured"])),
+            c["rule"],
+            verdict_text(c, scale),
+        ]
+        for c in claims
+    ]
     return markdown_table(["claim", "statement", "paper", "measured", "rule", "verdict"], rows)
 
 
@@ -101,8 +111,11 @@ def write_run_report(out_dir: Path, results: Mapping[str, Any], output: RunOutpu
         f"arXiv {results.get('arxiv', '')} · scale `{results['scale']}` · seeds {results['seeds']} · "
         f"{results['wall_seconds']:.1f} s · {results.get('date', '')}",
         "",
-        (f"## Claims ({len(results['claims'])}; smoke checks the pipeline, not the claims)"
-         if results["scale"] == "smoke" else f"## Claims: {n_pass}/{len(results['claims'])} passed"),
+        (
+            f"## Claims ({len(results['claims'])}; smoke checks the pipeline, not the claims)"
+            if results["scale"] == "smoke"
+            else f"## Claims: {n_pass}/{len(results['claims'])} passed"
+        ),
         "",
         claims_markdown(results["claims"], results["scale"]),
         "",
@@ -130,22 +143,31 @@ def print_claims(results: Mapping[str, Any], out_dir: Path | None = None, consol
 
     scale = results["scale"]
     console = console or Console()
-    table = Table(title=escape(f"{results['slug']} · scale {scale} · seeds {results['seeds']}"),
-                  expand=False, show_lines=True)
-    for col, ratio in (("claim", 1), ("statement", 4), ("paper", 2), ("measured", 4), ("rule", 3),
-                       ("verdict", 1)):
+    table = Table(
+        title=escape(f"{results['slug']} · scale {scale} · seeds {results['seeds']}"), expand=False, show_lines=True
+    )
+    for col, ratio in (("claim", 1), ("statement", 4), ("paper", 2), ("measured", 4), ("rule", 3), ("verdict", 1)):
         table.add_column(col, overflow="fold", ratio=ratio)
     for c in results["claims"]:
         verdict = verdict_text(c, scale)
         style = "yellow" if scale == "smoke" else ("green" if c.get("passed") else "red")
         rows = measured_rows(c["measured"])
         measured = "\n".join(escape(f"{k}: {v}" if k else v) for k, v in rows)
-        table.add_row(escape(str(c["name"])), escape(str(c["statement"])), escape(fmt(c["paper_value"])),
-                      measured, escape(str(c["rule"])), f"[{style}]{escape(verdict)}[/{style}]")
+        table.add_row(
+            escape(str(c["name"])),
+            escape(str(c["statement"])),
+            escape(fmt(c["paper_value"])),
+            measured,
+            escape(str(c["rule"])),
+            f"[{style}]{escape(verdict)}[/{style}]",
+        )
     console.print(table)
     n_pass = sum(bool(c.get("passed")) for c in results["claims"])
-    summary = (f"{len(results['claims'])} claims (not judged at smoke)" if scale == "smoke"
-               else f"{n_pass}/{len(results['claims'])} claims passed")
+    summary = (
+        f"{len(results['claims'])} claims (not judged at smoke)"
+        if scale == "smoke"
+        else f"{n_pass}/{len(results['claims'])} claims passed"
+    )
     console.print(escape(f"{summary} in {results['wall_seconds']:.1f} s" + (f" · {out_dir}" if out_dir else "")))
 
 
@@ -223,10 +245,17 @@ def overview_markdown(runs: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for r in runs:
         claims = r.get("claims", [])
-        rows.append([r.get("slug", "?"), r.get("title", ""), r.get("scale", "?"),
-                     ",".join(str(s) for s in r.get("seeds", [])),
-                     f"{sum(bool(c.get('passed')) for c in claims)}/{len(claims)}",
-                     f"{float(r.get('wall_seconds', 0)):.1f}", r.get("date", "")])
+        rows.append(
+            [
+                r.get("slug", "?"),
+                r.get("title", ""),
+                r.get("scale", "?"),
+                ",".join(str(s) for s in r.get("seeds", [])),
+                f"{sum(bool(c.get('passed')) for c in claims)}/{len(claims)}",
+                f"{float(r.get('wall_seconds', 0)):.1f}",
+                r.get("date", ""),
+            ]
+        )
     return markdown_table(["paper", "title", "scale", "seeds", "claims passed", "wall s", "date"], rows)
 
 

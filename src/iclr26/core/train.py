@@ -67,8 +67,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.lr <= 0 or self.warmup_steps < 0 or self.grad_accum < 1:
-            raise ValueError(f"bad TrainConfig: steps={self.steps}, lr={self.lr}, warmup={self.warmup_steps}, "
-                             f"grad_accum={self.grad_accum}")
+            raise ValueError(
+                f"bad TrainConfig: steps={self.steps}, lr={self.lr}, warmup={self.warmup_steps}, "
+                f"grad_accum={self.grad_accum}"
+            )
 
 
 def warmup_cosine(step: int, total: int, peak: float, warmup: int = 0, min_ratio: float = 0.0) -> float:
@@ -148,8 +150,9 @@ class FitResult:
 CKPT_NAME = "checkpoint.pt"
 
 
-def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                    result: FitResult, cfg: TrainConfig) -> None:
+def save_checkpoint(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, result: FitResult, cfg: TrainConfig
+) -> None:
     """Atomic write of everything resume needs: weights, optimiser moments, step, RNG state, history."""
     state = {
         "model": model.state_dict(),
@@ -195,8 +198,9 @@ def load_checkpoint(path: Path, cfg: TrainConfig | None = None) -> dict[str, Any
         diff = sorted(k for k in set(saved) | set(now) if k not in ignore and _jsonish(saved.get(k)) != now.get(k))
         if diff:
             detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now.get(k)!r}" for k in diff)
-            raise ValueError(f"{path}: refusing to resume with a different config ({detail}); "
-                             "use another ckpt_dir or resume=False")
+            raise ValueError(
+                f"{path}: refusing to resume with a different config ({detail}); use another ckpt_dir or resume=False"
+            )
     return state
 
 
@@ -208,11 +212,18 @@ def _jsonish(value: Any) -> Any:
     return value
 
 
-def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: Callable[[int, int, int], Any],
-        cfg: TrainConfig, *, eval_fn: Callable[[nn.Module, int], dict[str, Any]] | None = None,
-        ckpt_dir: str | Path | None = None, resume: bool = True,
-        optimizer: torch.optim.Optimizer | None = None,
-        log: Callable[..., None] | None = None) -> FitResult:
+def fit(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, Any], Any],
+    get_batch: Callable[[int, int, int], Any],
+    cfg: TrainConfig,
+    *,
+    eval_fn: Callable[[nn.Module, int], dict[str, Any]] | None = None,
+    ckpt_dir: str | Path | None = None,
+    resume: bool = True,
+    optimizer: torch.optim.Optimizer | None = None,
+    log: Callable[..., None] | None = None,
+) -> FitResult:
     """Train ``model`` for ``cfg.steps`` steps.
 
     loss_fn(model, batch) -> scalar loss tensor, or (loss, metrics dict).
@@ -263,8 +274,15 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any], get_batch: C
         if log is not None and rank == 0:
             log(step, **{f"eval_{k}": v for k, v in metrics.items() if _is_scalar(v)})
 
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.desc,
-               disable=not cfg.progress or rank != 0, leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        range(start, cfg.steps),
+        initial=start,
+        total=cfg.steps,
+        desc=cfg.desc,
+        disable=not cfg.progress or rank != 0,
+        leave=False,
+        dynamic_ncols=True,
+    )
     model.train()
     for step in bar:
         lr = lr_at(step, cfg)

@@ -194,8 +194,9 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None,
-                need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if rope is not None:
@@ -206,8 +207,7 @@ class Attention(nn.Module):
             if mask is not None:
                 scores = scores + mask
             elif self.cfg.causal:
-                scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1),
-                                            float("-inf"))
+                scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
             probs = scores.softmax(-1)
             out = F.dropout(probs, drop, self.training) @ v
         else:
@@ -223,8 +223,9 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.ff, bias=cfg.bias), nn.GELU(),
-                                 nn.Linear(cfg.ff, cfg.d_model, bias=cfg.bias))
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.ff, bias=cfg.bias), nn.GELU(), nn.Linear(cfg.ff, cfg.d_model, bias=cfg.bias)
+        )
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, rope, mask, need_weights):
@@ -307,9 +308,16 @@ class Transformer(nn.Module):
     def embed(self, input_ids: Tensor) -> Tensor:
         return self.tok_emb(input_ids)
 
-    def forward(self, input_ids: Tensor | None = None, *, inputs_embeds: Tensor | None = None,
-                attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> TransformerOutput:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        *,
+        inputs_embeds: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> TransformerOutput:
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, T] with 1 = real token
         (keys that are 0 are never attended to); position_ids [B, T] (default 0..T-1)."""
         if (input_ids is None) == (inputs_embeds is None):
@@ -322,8 +330,11 @@ class Transformer(nn.Module):
             position_ids = torch.arange(T, device=x.device)[None].expand(B, T)
         if self.pos_emb is not None:
             x = x + self.pos_emb(position_ids)
-        rope = rope_cache(position_ids, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base) \
-            if self.cfg.pos == "rope" else None
+        rope = (
+            rope_cache(position_ids, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base)
+            if self.cfg.pos == "rope"
+            else None
+        )
         x = self.drop(x)
         hidden, attns = [], []
         for iv in self.interventions:
@@ -341,14 +352,23 @@ class Transformer(nn.Module):
                 attns.append(probs)
         last = self.ln_f(x)
         logits = self.head(last) if self.head is not None else last @ self.tok_emb.weight.T
-        return TransformerOutput(logits, last, hidden if output_hidden_states else None,
-                                 attns if output_attentions else None)
+        return TransformerOutput(
+            logits, last, hidden if output_hidden_states else None, attns if output_attentions else None
+        )
 
 
 @torch.no_grad()
-def generate(model: Transformer, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, eos_id: int | None = None, generator: torch.Generator | None = None,
-             pad_id: int = 0) -> tuple[Tensor, Tensor]:
+def generate(
+    model: Transformer,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+    pad_id: int = 0,
+) -> tuple[Tensor, Tensor]:
     """Sample continuations of equal-length prompts [B, T0] from a causal model (no KV cache: the
     models here are tiny). temperature=0 is greedy. Returns (tokens [B, T0 + n], finished mask of
     the new tokens [B, n]: True up to and including each row's first EOS). After EOS a row is
@@ -360,7 +380,7 @@ def generate(model: Transformer, prompt: Tensor, max_new_tokens: int, *, tempera
     alive = torch.ones(B, dtype=torch.bool, device=prompt.device)
     valid = []
     for _ in range(max_new_tokens):
-        logits = model(seq[:, -model.cfg.max_len:]).logits[:, -1].float()
+        logits = model(seq[:, -model.cfg.max_len :]).logits[:, -1].float()
         if temperature == 0:
             nxt = logits.argmax(-1)
         else:

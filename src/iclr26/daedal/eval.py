@@ -30,8 +30,10 @@ from .generate import DaedalConfig, daedal_generate, llada_fixed_generate
 from .hf import LLADA_EOS_ID, LLADA_MASK_ID, HFMaskedDiffusionAdapter, check_llada_ids, load_masked_diffusion_lm
 from .metrics import effective_length
 
-INSTRUCTION = ("Solve the following math problem. Reason inside <reasoning> </reasoning>, then write the "
-               "final answer inside <answer> </answer> as \\boxed{{number}}.\n\n{question}")
+INSTRUCTION = (
+    "Solve the following math problem. Reason inside <reasoning> </reasoning>, then write the "
+    "final answer inside <answer> </answer> as \\boxed{{number}}.\n\n{question}"
+)
 ASSISTANT_PREFIX = "<reasoning> "
 
 
@@ -84,8 +86,9 @@ def same_number(pred: str | None, gold: str) -> bool:
 def build_prompt(tokenizer: Any, question: str) -> list[int]:
     text = INSTRUCTION.format(question=question)
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return list(ids) + tokenizer(ASSISTANT_PREFIX, add_special_tokens=False)["input_ids"]
@@ -112,11 +115,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=0, help="first N problems only (0 = all)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--no-attention-mask", action="store_true",
-                    help="the model rejects attention_mask: forces batch size 1")
+    ap.add_argument(
+        "--no-attention-mask", action="store_true", help="the model rejects attention_mask: forces batch size 1"
+    )
     ap.add_argument("--no-trust-remote-code", action="store_true")
-    ap.add_argument("--position-ids-from-mask", action="store_true",
-                    help="pass position ids that ignore left padding (BERT-style models; not LLaDA)")
+    ap.add_argument(
+        "--position-ids-from-mask",
+        action="store_true",
+        help="pass position ids that ignore left padding (BERT-style models; not LLaDA)",
+    )
     return ap.parse_args(argv)
 
 
@@ -130,38 +137,57 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
     data = read_jsonl(args.data)
     if args.limit:
-        data = data[:args.limit]
-    model, tok = load_masked_diffusion_lm(args.model, device=device, dtype=args.dtype,
-                                          trust_remote_code=not args.no_trust_remote_code)
+        data = data[: args.limit]
+    model, tok = load_masked_diffusion_lm(
+        args.model, device=device, dtype=args.dtype, trust_remote_code=not args.no_trust_remote_code
+    )
     check_llada_ids(tok, args.mask_id, args.eos_id)
-    fn = HFMaskedDiffusionAdapter(model, pass_attention_mask=not args.no_attention_mask, device=device,
-                                  position_ids_from_mask=args.position_ids_from_mask)
+    fn = HFMaskedDiffusionAdapter(
+        model,
+        pass_attention_mask=not args.no_attention_mask,
+        device=device,
+        position_ids_from_mask=args.position_ids_from_mask,
+    )
     bs = 1 if args.no_attention_mask else args.batch_size
-    cfg = DaedalConfig(initial_length=args.initial_length, max_length=args.max_length,
-                       block_length=args.block_length, expansion_factor=args.expansion_factor,
-                       eos_window=args.eos_window,
-                       eos_anchor=args.eos_window // 2 if args.eos_anchor is None else args.eos_anchor,
-                       eos_conf_mode=args.eos_conf_mode)
+    cfg = DaedalConfig(
+        initial_length=args.initial_length,
+        max_length=args.max_length,
+        block_length=args.block_length,
+        expansion_factor=args.expansion_factor,
+        eos_window=args.eos_window,
+        eos_anchor=args.eos_window // 2 if args.eos_anchor is None else args.eos_anchor,
+        eos_conf_mode=args.eos_conf_mode,
+    )
     mine = list(range(rank, len(data), world))
     records = []
     for start in range(0, len(mine), bs):
-        idx = mine[start:start + bs]
-        prompts = [torch.tensor(build_prompt(tok, data[i]["question"]), dtype=torch.long, device=device)
-                   for i in idx]
+        idx = mine[start : start + bs]
+        prompts = [torch.tensor(build_prompt(tok, data[i]["question"]), dtype=torch.long, device=device) for i in idx]
         if args.method == "daedal":
             out = daedal_generate(fn, prompts, args.mask_id, args.eos_id, cfg)
         else:
-            out = llada_fixed_generate(fn, prompts, args.gen_length, args.gen_length, args.block_length,
-                                       args.mask_id, args.eos_id)
+            out = llada_fixed_generate(
+                fn, prompts, args.gen_length, args.gen_length, args.block_length, args.mask_id, args.eos_id
+            )
         for k, i in enumerate(idx):
             seq = out.sequences[k]
             text = tok.decode(seq.tolist(), skip_special_tokens=False)
             pred = extract_prediction(text)
             gold = gold_answer(data[i]["answer"])
-            records.append({"index": i, "correct": same_number(pred, gold), "pred": pred, "gold": gold,
-                            "N_tok": int(seq.numel()), "E_tok": effective_length(seq, args.eos_id),
-                            "stage1_length": int(out.stage1_lengths[k]), "n_insertions": int(out.n_insertions[k]),
-                            "nfe": int(out.nfe[k]), "text": text})
+            records.append(
+                {
+                    "index": i,
+                    "correct": same_number(pred, gold),
+                    "pred": pred,
+                    "gold": gold,
+                    "N_tok": int(seq.numel()),
+                    "E_tok": effective_length(seq, args.eos_id),
+                    "stage1_length": int(out.stage1_lengths[k]),
+                    "n_insertions": int(out.n_insertions[k]),
+                    "nfe": int(out.nfe[k]),
+                    "text": text,
+                }
+            )
         if rank == 0:
             print(f"[rank 0] {start + len(idx)}/{len(mine)} done", file=sys.stderr, flush=True)
     if world > 1:
@@ -175,9 +201,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     records.sort(key=lambda r: r["index"])
     n = len(records)
     total_e, total_n = sum(r["E_tok"] for r in records), sum(r["N_tok"] for r in records)
-    summary = {"method": args.method, "n": n, "accuracy": 100.0 * sum(r["correct"] for r in records) / n,
-               "E_tok": total_e / n, "N_tok": total_n / n, "E_ratio": 100.0 * total_e / max(1, total_n),
-               "nfe": sum(r["nfe"] for r in records) / n, "config": vars(args)}
+    summary = {
+        "method": args.method,
+        "n": n,
+        "accuracy": 100.0 * sum(r["correct"] for r in records) / n,
+        "E_tok": total_e / n,
+        "N_tok": total_n / n,
+        "E_ratio": 100.0 * total_e / max(1, total_n),
+        "nfe": sum(r["nfe"] for r in records) / n,
+        "config": vars(args),
+    }
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "samples.jsonl", "w") as f:

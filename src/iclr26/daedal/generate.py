@@ -85,8 +85,7 @@ class DaedalConfig:
 
     def __post_init__(self) -> None:
         if self.initial_length < 1 or self.max_length < self.initial_length:
-            raise ValueError(f"need 1 <= initial_length <= max_length, got {self.initial_length}, "
-                             f"{self.max_length}")
+            raise ValueError(f"need 1 <= initial_length <= max_length, got {self.initial_length}, {self.max_length}")
         if self.block_length < 1 or self.expansion_factor < 1 or self.eos_window < 1:
             raise ValueError("block_length, expansion_factor and eos_window must be >= 1")
         if self.eos_anchor < 0:
@@ -128,8 +127,9 @@ class GenerationOutput:
 # --------------------------------------------------------------------------------------------------
 
 
-def left_pad_prompts(prompts: Sequence[Tensor] | Tensor, pad_id: int,
-                     prompt_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def left_pad_prompts(
+    prompts: Sequence[Tensor] | Tensor, pad_id: int, prompt_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Prompts -> (ids [B, P], mask [B, P] bool), left-padded with ``pad_id``.
 
     A 2-D tensor is taken as already padded (``prompt_mask`` defaults to all ones); a list of 1-D
@@ -151,18 +151,16 @@ def left_pad_prompts(prompts: Sequence[Tensor] | Tensor, pad_id: int,
     for b, p in enumerate(prompts):
         n = int(p.numel())
         if n:
-            ids[b, width - n:] = p.reshape(-1).long()
-            mask[b, width - n:] = True
+            ids[b, width - n :] = p.reshape(-1).long()
+            mask[b, width - n :] = True
     return ids, mask
 
 
-def _forward(model_fn: ModelFn, x: Tensor, attn: Tensor, n_prompt: int, mask_id: int,
-             cfg_scale: float) -> Tensor:
+def _forward(model_fn: ModelFn, x: Tensor, attn: Tensor, n_prompt: int, mask_id: int, cfg_scale: float) -> Tensor:
     """Logits [B, T, V] (float32); with CFG: ``l_u + (s + 1)(l_c - l_u)``, the prompt masked for l_u."""
     if cfg_scale > 0:
         un = x.clone()
-        un[:, :n_prompt] = torch.where(attn[:, :n_prompt], torch.full_like(un[:, :n_prompt], mask_id),
-                                       un[:, :n_prompt])
+        un[:, :n_prompt] = torch.where(attn[:, :n_prompt], torch.full_like(un[:, :n_prompt], mask_id), un[:, :n_prompt])
         logits = model_fn(torch.cat([x, un]), torch.cat([attn, attn]))
         cond, uncond = logits.chunk(2)
         logits = uncond + (cfg_scale + 1.0) * (cond - uncond)
@@ -187,8 +185,14 @@ def _sample(logits: Tensor, temperature: float, generator: torch.Generator | Non
     return (lg.exp() / gumbel).argmax(-1)
 
 
-def eos_confidence(logits: Tensor, gen_start: int, lengths: Tensor | Sequence[int], eos_id: int,
-                   window: int, mode: Literal["code", "window_mean"] = "code") -> Tensor:
+def eos_confidence(
+    logits: Tensor,
+    gen_start: int,
+    lengths: Tensor | Sequence[int],
+    eos_id: int,
+    window: int,
+    mode: Literal["code", "window_mean"] = "code",
+) -> Tensor:
     """The paper's sequence-completion signal, one number per row (in [0, 1]).
 
     Only the generation region ``[gen_start, gen_start + L_b)`` of each row is read.
@@ -242,12 +246,22 @@ def get_num_transfer_tokens(mask_index: Tensor, steps: int) -> Tensor:
 
 
 @torch.no_grad()
-def llada_fixed_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, gen_length: int,
-                         steps: int, block_length: int, mask_id: int, eos_id: int, *,
-                         prompt_mask: Tensor | None = None, temperature: float = 0.0,
-                         cfg_scale: float = 0.0, remasking: Literal["low_confidence", "random"] = "low_confidence",
-                         tau_high: float | None = None, generator: torch.Generator | None = None
-                         ) -> GenerationOutput:
+def llada_fixed_generate(
+    model_fn: ModelFn,
+    prompts: Sequence[Tensor] | Tensor,
+    gen_length: int,
+    steps: int,
+    block_length: int,
+    mask_id: int,
+    eos_id: int,
+    *,
+    prompt_mask: Tensor | None = None,
+    temperature: float = 0.0,
+    cfg_scale: float = 0.0,
+    remasking: Literal["low_confidence", "random"] = "low_confidence",
+    tau_high: float | None = None,
+    generator: torch.Generator | None = None,
+) -> GenerationOutput:
     """LLaDA's fixed-length decoder (the paper's baseline).
 
     The canvas ``prompt ++ [MASK] * gen_length`` is split into ``gen_length / block_length`` blocks
@@ -322,9 +336,15 @@ def llada_fixed_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, 
             x = torch.where(transfer, a, x)
     seqs = [x[b, P:].cpu() for b in range(B)]
     full = torch.full((B,), gen_length, dtype=torch.long)
-    return GenerationOutput(seqs, full.clone(), full.clone(), torch.zeros(B, dtype=torch.long),
-                            nfe, torch.zeros(B, dtype=torch.long),
-                            torch.zeros(B, dtype=torch.bool))
+    return GenerationOutput(
+        seqs,
+        full.clone(),
+        full.clone(),
+        torch.zeros(B, dtype=torch.long),
+        nfe,
+        torch.zeros(B, dtype=torch.long),
+        torch.zeros(B, dtype=torch.bool),
+    )
 
 
 def _best_non_mask(logits: Tensor, mask_id: int) -> tuple[int, int]:
@@ -348,14 +368,15 @@ def _canvas_batch(p_ids: Tensor, p_mask: Tensor, rows: Sequence[Tensor], eos_id:
     gen = torch.full((B, Lmax), eos_id, dtype=torch.long, device=p_ids.device)
     gmask = torch.zeros((B, Lmax), dtype=torch.bool, device=p_ids.device)
     for b, r in enumerate(rows):
-        gen[b, :r.numel()] = r
-        gmask[b, :r.numel()] = True
+        gen[b, : r.numel()] = r
+        gmask[b, : r.numel()] = True
     return torch.cat([p_ids, gen], 1), torch.cat([p_mask, gmask], 1)
 
 
 @torch.no_grad()
-def initial_length_adjustment(model_fn: ModelFn, p_ids: Tensor, p_mask: Tensor, mask_id: int, eos_id: int,
-                              cfg: DaedalConfig) -> tuple[Tensor, Tensor]:
+def initial_length_adjustment(
+    model_fn: ModelFn, p_ids: Tensor, p_mask: Tensor, mask_id: int, eos_id: int, cfg: DaedalConfig
+) -> tuple[Tensor, Tensor]:
     """Stage 1: grow each all-mask canvas by E_factor at its end until it is "long enough".
 
     ::
@@ -395,14 +416,21 @@ def insert_masks(row: Tensor, pos: int, expansion_factor: int, max_length: int, 
     if int(row[pos]) != mask_id:
         raise ValueError(f"insertion point {pos} is not a masked position")
     masks = torch.full((expansion_factor,), mask_id, dtype=row.dtype, device=row.device)
-    new = torch.cat([row[:pos], masks, row[pos + 1:]])
+    new = torch.cat([row[:pos], masks, row[pos + 1 :]])
     return new[:max_length]
 
 
 @torch.no_grad()
-def daedal_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, mask_id: int, eos_id: int,
-                    cfg: DaedalConfig = DaedalConfig(), *, prompt_mask: Tensor | None = None,
-                    generator: torch.Generator | None = None) -> GenerationOutput:
+def daedal_generate(
+    model_fn: ModelFn,
+    prompts: Sequence[Tensor] | Tensor,
+    mask_id: int,
+    eos_id: int,
+    cfg: DaedalConfig = DaedalConfig(),
+    *,
+    prompt_mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> GenerationOutput:
     """DAEDAL: variable-length denoising (paper Algorithm 1, as in the released code).
 
     Stage 1, :func:`initial_length_adjustment`, picks L. Between the stages the canvas becomes
@@ -431,9 +459,15 @@ def daedal_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, mask_
 
     # ---- between the stages: the EOS anchor of the released code ----
     dev = p_ids.device
-    rows = [torch.cat([torch.full((int(L1[b]),), mask_id, dtype=torch.long, device=dev),
-                       torch.full((cfg.eos_anchor,), eos_id, dtype=torch.long, device=dev)])[:cfg.max_length]
-            for b in range(B)]
+    rows = [
+        torch.cat(
+            [
+                torch.full((int(L1[b]),), mask_id, dtype=torch.long, device=dev),
+                torch.full((cfg.eos_anchor,), eos_id, dtype=torch.long, device=dev),
+            ]
+        )[: cfg.max_length]
+        for b in range(B)
+    ]
 
     # ---- Stage 2: iterative denoising with mask insertion ----
     cur = [0] * B
@@ -458,9 +492,17 @@ def daedal_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, mask_
             row = rows[b]
             if row.numel() >= cfg.max_length:
                 denoise_only[b] = True
-            new, _, inserted = denoise_step(row, cur[b], a_all[b, :row.numel()], c_all[b, :row.numel()],
-                                            float(ceos[b]), cfg, mask_id, denoise_only[b],
-                                            logits[b, P:P + row.numel()])
+            new, _, inserted = denoise_step(
+                row,
+                cur[b],
+                a_all[b, : row.numel()],
+                c_all[b, : row.numel()],
+                float(ceos[b]),
+                cfg,
+                mask_id,
+                denoise_only[b],
+                logits[b, P : P + row.numel()],
+            )
             n_ins[b] += int(inserted is not None)
             if new.numel() == row.numel() and torch.equal(new, row):
                 stagnated[b] = True
@@ -474,8 +516,17 @@ def daedal_generate(model_fn: ModelFn, prompts: Sequence[Tensor] | Tensor, mask_
     return GenerationOutput([r.cpu() for r in rows], lengths, L1, n_ins, nfe1 + nfe2, nfe1, stagnated)
 
 
-def denoise_step(row: Tensor, cur: int, a: Tensor, c: Tensor, eos_conf: float, cfg: DaedalConfig, mask_id: int,
-                 denoise_only: bool = False, logits: Tensor | None = None) -> tuple[Tensor, Tensor, int | None]:
+def denoise_step(
+    row: Tensor,
+    cur: int,
+    a: Tensor,
+    c: Tensor,
+    eos_conf: float,
+    cfg: DaedalConfig,
+    mask_id: int,
+    denoise_only: bool = False,
+    logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor, int | None]:
     """One stage-2 step of one row: threshold fill, then at most one mask insertion.
 
     row: the canvas [L]; cur: current block start; a, c: predictions a_i and confidences c_i [L];
@@ -503,8 +554,13 @@ def denoise_step(row: Tensor, cur: int, a: Tensor, c: Tensor, eos_conf: float, c
     new = torch.where(fill, a, row)
     cand = blk & ~fill & (c < cfg.tau_low)
     inserted = None
-    if (cfg.mask_insertion and not denoise_only and L < cfg.max_length and eos_conf < cfg.tau_expand
-            and bool(cand.any())):
+    if (
+        cfg.mask_insertion
+        and not denoise_only
+        and L < cfg.max_length
+        and eos_conf < cfg.tau_expand
+        and bool(cand.any())
+    ):
         inserted = int(torch.where(cand, c, torch.full_like(c, float("inf"))).argmin())
         new = insert_masks(new, inserted, cfg.expansion_factor, cfg.max_length, mask_id)
     return new, fill, inserted
@@ -513,6 +569,6 @@ def denoise_step(row: Tensor, cur: int, a: Tensor, c: Tensor, eos_conf: float, c
 def _advance(row: Tensor, cur: int, block: int, mask_id: int) -> int:
     """Move the block start past every block window that holds no MASK."""
     L = row.numel()
-    while cur < L and not bool((row[cur:min(cur + block, L)] == mask_id).any()):
+    while cur < L and not bool((row[cur : min(cur + block, L)] == mask_id).any()):
         cur += block
     return cur

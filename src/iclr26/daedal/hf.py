@@ -56,15 +56,18 @@ class HFMaskedDiffusionAdapter:
             out = self.model(input_ids=ids, attention_mask=attention_mask.to(self.device).long(), **kwargs)
         else:
             if not bool(attention_mask.all()):
-                raise ValueError("this model is used without an attention mask: batches must not contain "
-                                 "padding (use batch size 1 or prompts of equal length)")
+                raise ValueError(
+                    "this model is used without an attention mask: batches must not contain "
+                    "padding (use batch size 1 or prompts of equal length)"
+                )
             out = self.model(input_ids=ids, **kwargs)
         logits = out.logits if hasattr(out, "logits") else out[0]
         return logits
 
 
-def load_masked_diffusion_lm(path: str, *, device: str = "cpu", dtype: str | torch.dtype | None = None,
-                             trust_remote_code: bool = True) -> tuple[Any, Any]:
+def load_masked_diffusion_lm(
+    path: str, *, device: str = "cpu", dtype: str | torch.dtype | None = None, trust_remote_code: bool = True
+) -> tuple[Any, Any]:
     """(model, tokenizer) from a local directory; LLaDA's ``LLaDAModelLM`` loads via ``AutoModel``."""
     from iclr26.core.hf import load_local_model, load_local_tokenizer
 
@@ -76,12 +79,17 @@ def load_masked_diffusion_lm(path: str, *, device: str = "cpu", dtype: str | tor
 def check_llada_ids(tokenizer: Any, mask_id: int, eos_id: int) -> None:
     """Refuse the classic silent failure: EOS must be the SFT padding token, not the end-of-turn one."""
     if eos_id == LLADA_EOT_ID:
-        raise ValueError(f"eos_id={eos_id} is LLaDA's <|eot_id|>; DAEDAL needs the padding token "
-                         f"<|endoftext|> = {LLADA_EOS_ID} (stage 1 would expand to L_max)")
+        raise ValueError(
+            f"eos_id={eos_id} is LLaDA's <|eot_id|>; DAEDAL needs the padding token "
+            f"<|endoftext|> = {LLADA_EOS_ID} (stage 1 would expand to L_max)"
+        )
     if mask_id == eos_id:
         raise ValueError(f"mask_id and eos_id must differ, both are {mask_id}")
     if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) not in (None, eos_id):
         import warnings
 
-        warnings.warn(f"tokenizer.eos_token_id={tokenizer.eos_token_id} differs from eos_id={eos_id}; for LLaDA "
-                      f"the padding EOS is {LLADA_EOS_ID}", stacklevel=2)
+        warnings.warn(
+            f"tokenizer.eos_token_id={tokenizer.eos_token_id} differs from eos_id={eos_id}; for LLaDA "
+            f"the padding EOS is {LLADA_EOS_ID}",
+            stacklevel=2,
+        )

@@ -35,8 +35,9 @@ def effective_length(seq: Tensor | Sequence[int], eos_id: int, mode: Literal["co
     raise ValueError(f"mode must be 'count' or 'trailing', got {mode!r}")
 
 
-def effective_token_stats(outputs: Sequence[Tensor | Sequence[int]], eos_id: int,
-                          mode: Literal["count", "trailing"] = "count") -> dict[str, float]:
+def effective_token_stats(
+    outputs: Sequence[Tensor | Sequence[int]], eos_id: int, mode: Literal["count", "trailing"] = "count"
+) -> dict[str, float]:
     """E_tok and N_tok (per-sample means), their totals, and E_ratio = 100 · ΣE / ΣN (percent)."""
     if len(outputs) == 0:
         raise ValueError("effective_token_stats of no outputs")

@@ -60,9 +60,17 @@ class TinyMDMConfig:
     weight_by_t: bool = True
 
     def transformer_config(self) -> TransformerConfig:
-        return TransformerConfig(vocab_size=T.VOCAB_SIZE, d_model=self.d_model, n_layers=self.n_layers,
-                                 n_heads=self.n_heads, d_ff=self.d_ff, max_len=self.max_len, causal=False,
-                                 pos="learned", dropout=0.0)
+        return TransformerConfig(
+            vocab_size=T.VOCAB_SIZE,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            max_len=self.max_len,
+            causal=False,
+            pos="learned",
+            dropout=0.0,
+        )
 
 
 def build_model(cfg: TinyMDMConfig, seed: int) -> Transformer:
@@ -101,8 +109,9 @@ def sft_batch(problems: Sequence[T.Problem], rng: np.random.Generator, cfg: Tiny
     return {"ids": ids, "attn": attn, "gen": gen, "canvas_len": c_mask.sum(1)}
 
 
-def llada_sft_loss(model: Transformer, batch: dict[str, Tensor], t: Tensor, noise: Tensor,
-                   weight_by_t: bool = True) -> Tensor:
+def llada_sft_loss(
+    model: Transformer, batch: dict[str, Tensor], t: Tensor, noise: Tensor, weight_by_t: bool = True
+) -> Tensor:
     """LLaDA's SFT loss for given masking ratios t [B] and uniform draws noise [B, T] (see module doc)."""
     ids, gen = batch["ids"], batch["gen"]
     masked = gen & (noise < t[:, None])
@@ -133,8 +142,14 @@ def train_tiny_mdm(cfg: TinyMDMConfig, seed: int, *, progress: bool = False) -> 
     def loss_fn(m, b):
         return llada_sft_loss(m, *b, weight_by_t=cfg.weight_by_t)
 
-    tc = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, cfg.steps // 2),
-                     weight_decay=0.01, progress=progress, desc=f"train MDM seed {seed}")
+    tc = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=min(cfg.warmup_steps, cfg.steps // 2),
+        weight_decay=0.01,
+        progress=progress,
+        desc=f"train MDM seed {seed}",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         res = fit(model, loss_fn, get_batch, tc)

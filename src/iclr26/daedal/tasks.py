@@ -42,9 +42,19 @@ TAGS = {"rev": 15, "cumsum": 16, "add": 17, "dup": 18, "rep": 19, "alt": 20, "pa
 BOS, SEP, EOS, MASK = 22, 23, 24, 25
 VOCAB_SIZE = 26
 PROMPT_WIDTH = 24
-TOKEN_NAMES = {**{d: str(d) for d in DIGITS}, PLUS: "+", EQ: "=", COMMA: ",", SEMI: ";", BAR: "|",
-               **{v: k.upper() for k, v in TAGS.items()}, BOS: "<bos>", SEP: "<sep>", EOS: "<eos>",
-               MASK: "<mask>"}
+TOKEN_NAMES = {
+    **{d: str(d) for d in DIGITS},
+    PLUS: "+",
+    EQ: "=",
+    COMMA: ",",
+    SEMI: ";",
+    BAR: "|",
+    **{v: k.upper() for k, v in TAGS.items()},
+    BOS: "<bos>",
+    SEP: "<sep>",
+    EOS: "<eos>",
+    MASK: "<mask>",
+}
 TASKS = ("rev", "cumsum", "add", "dup", "rep", "alt", "pairs")
 
 
@@ -122,8 +132,8 @@ def pad_prompts(problems: Sequence[Problem], width: int = PROMPT_WIDTH) -> tuple
     for i, p in enumerate(problems):
         if len(p.prompt) > width:
             raise ValueError(f"prompt of {len(p.prompt)} tokens exceeds the width {width}")
-        ids[i, width - len(p.prompt):] = torch.tensor(p.prompt)
-        mask[i, width - len(p.prompt):] = True
+        ids[i, width - len(p.prompt) :] = torch.tensor(p.prompt)
+        mask[i, width - len(p.prompt) :] = True
     return ids, mask
 
 
@@ -131,11 +141,11 @@ def extract_answer(task: str, canvas: Sequence[int] | Tensor) -> tuple[int, ...]
     """The final answer written on a decoded canvas, or None when it has no ``;`` before its first EOS."""
     toks = [int(t) for t in (canvas.tolist() if isinstance(canvas, Tensor) else canvas)]
     if EOS in toks:
-        toks = toks[:toks.index(EOS)]
+        toks = toks[: toks.index(EOS)]
     if SEMI not in toks:
         return None
     k = toks.index(SEMI)
-    return tuple(toks[:k]) if task in ("rev", "dup", "rep", "alt", "pairs") else tuple(toks[k + 1:])
+    return tuple(toks[:k]) if task in ("rev", "dup", "rep", "alt", "pairs") else tuple(toks[k + 1 :])
 
 
 def is_correct(problem: Problem, canvas: Sequence[int] | Tensor) -> bool:

@@ -30,19 +30,53 @@ from iclr26.infgen.training import train_infgen
 from iclr26.infgen.world import Scene, TinyTown, TinyTownConfig
 
 SCALE_CFG = {
-    "smoke": dict(train_runs=1, run_seconds=80.0, long_seconds=120.0, motion_bins=13, d_model=32, n_dec=1,
-                  steps=6, batch=4, n_scenes=1, n_learned=1, horizon=40, eval_from=20, train_len=11),
-    "small": dict(train_runs=1, run_seconds=720.0, long_seconds=600.0, motion_bins=33, d_model=64, n_dec=2,
-                  steps=200, batch=4, n_scenes=2, n_learned=1, horizon=240, eval_from=120, train_len=11),
+    "smoke": dict(
+        train_runs=1,
+        run_seconds=80.0,
+        long_seconds=120.0,
+        motion_bins=13,
+        d_model=32,
+        n_dec=1,
+        steps=6,
+        batch=4,
+        n_scenes=1,
+        n_learned=1,
+        horizon=40,
+        eval_from=20,
+        train_len=11,
+    ),
+    "small": dict(
+        train_runs=1,
+        run_seconds=720.0,
+        long_seconds=600.0,
+        motion_bins=33,
+        d_model=64,
+        n_dec=2,
+        steps=200,
+        batch=4,
+        n_scenes=2,
+        n_learned=1,
+        horizon=240,
+        eval_from=120,
+        train_len=11,
+    ),
 }
 METHODS = ("insertion", "no_insertion", "log_replay", "learned_eos")
-LABELS = {"insertion": "InfGen (insertion, released count)", "no_insertion": "no insertion (static init)",
-          "log_replay": "log-replay", "learned_eos": "InfGen (learned EOS, ours)", "ground_truth": "ground truth"}
+LABELS = {
+    "insertion": "InfGen (insertion, released count)",
+    "no_insertion": "no insertion (static init)",
+    "log_replay": "log-replay",
+    "learned_eos": "InfGen (learned EOS, ours)",
+    "ground_truth": "ground truth",
+}
 
 
 def _c1(m) -> bool:
-    return 0.6 <= m["count_ratio_insertion"] <= 1.4 and m["count_ratio_no_insertion"] < 0.3 \
+    return (
+        0.6 <= m["count_ratio_insertion"] <= 1.4
+        and m["count_ratio_no_insertion"] < 0.3
         and m["count_ratio_log_replay"] < 0.3
+    )
 
 
 def _c2(m) -> bool:
@@ -50,25 +84,39 @@ def _c2(m) -> bool:
 
 
 def _c3(m) -> bool:
-    return m["collision_insertion"] <= 2 * m["collision_ground_truth"] + 0.01 \
+    return (
+        m["collision_insertion"] <= 2 * m["collision_ground_truth"] + 0.01
         and m["offroad_insertion"] <= 2 * m["offroad_ground_truth"] + 0.01
+    )
 
 
 CLAIMS = (
-    Claim("C1", "With insertion the agent count over 60-120 s stays within 0.6-1.4 of the ground truth's mean; "
-                "without insertion and with log-replay it falls below 0.3 of it.",
-          "scene keeps its density over long rollouts (qualitative, project-page videos)",
-          "0.6 <= ratio_insertion <= 1.4 and ratio_no_insertion < 0.3 and ratio_log_replay < 0.3 "
-          "(ratio = mean count over 60-120 s / ground-truth mean count; seed means)", _c1),
-    Claim("C2", "Wasserstein-1 distances of speed, acceleration and headway to ground truth over 60-120 s are "
-                "lower with insertion than without.",
-          "realistic long rollouts (qualitative)",
-          "w1_X_insertion < w1_X_no_insertion for X in speed, accel, headway (seed means; an empty scene has "
-          "no distribution and counts as W1 = inf)", _c2),
-    Claim("C3", "Collision and off-road rates with insertion are at most twice the ground truth's plus 1%.",
-          "collision / off-road rates reported for RL traffic (values not found)",
-          "rate_insertion <= 2 * rate_ground_truth + 0.01 for collision and off-road (per agent-step over "
-          "60-120 s; seed means)", _c3),
+    Claim(
+        "C1",
+        "With insertion the agent count over 60-120 s stays within 0.6-1.4 of the ground truth's mean; "
+        "without insertion and with log-replay it falls below 0.3 of it.",
+        "scene keeps its density over long rollouts (qualitative, project-page videos)",
+        "0.6 <= ratio_insertion <= 1.4 and ratio_no_insertion < 0.3 and ratio_log_replay < 0.3 "
+        "(ratio = mean count over 60-120 s / ground-truth mean count; seed means)",
+        _c1,
+    ),
+    Claim(
+        "C2",
+        "Wasserstein-1 distances of speed, acceleration and headway to ground truth over 60-120 s are "
+        "lower with insertion than without.",
+        "realistic long rollouts (qualitative)",
+        "w1_X_insertion < w1_X_no_insertion for X in speed, accel, headway (seed means; an empty scene has "
+        "no distribution and counts as W1 = inf)",
+        _c2,
+    ),
+    Claim(
+        "C3",
+        "Collision and off-road rates with insertion are at most twice the ground truth's plus 1%.",
+        "collision / off-road rates reported for RL traffic (values not found)",
+        "rate_insertion <= 2 * rate_ground_truth + 0.01 for collision and off-road (per agent-step over "
+        "60-120 s; seed means)",
+        _c3,
+    ),
 )
 
 
@@ -114,10 +162,20 @@ def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene
     summary = {k: mean_std([per_seed[s][k] for s in ctx.seeds]) for k in keys}
     mean = {k: v["mean"] for k, v in summary.items()}
     measured = {
-        "C1": {k: mean[k] for k in ("count_ratio_insertion", "count_ratio_no_insertion", "count_ratio_log_replay",
-                                    "count_ratio_learned_eos")},
-        "C2": {f"w1_{x}_{m}": mean[f"w1_{x}_{m}"] for x in ("speed", "accel", "headway")
-               for m in ("insertion", "no_insertion")},
+        "C1": {
+            k: mean[k]
+            for k in (
+                "count_ratio_insertion",
+                "count_ratio_no_insertion",
+                "count_ratio_log_replay",
+                "count_ratio_learned_eos",
+            )
+        },
+        "C2": {
+            f"w1_{x}_{m}": mean[f"w1_{x}_{m}"]
+            for x in ("speed", "accel", "headway")
+            for m in ("insertion", "no_insertion")
+        },
         "C3": {f"{r}_{m}": mean[f"{r}_{m}"] for r in ("collision", "offroad") for m in ("insertion", "ground_truth")},
     }
     # figures
@@ -131,13 +189,22 @@ def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene
     gt = np.asarray(curves["ground_truth_mean"], dtype=float)
     horizon = len(fig_curves[LABELS["insertion"]][0])
     fig_curves[LABELS["ground_truth"] + " (mean)"] = (np.arange(horizon) * dt, np.full(horizon, gt.mean()))
-    plot_curves(ctx.figure_path("agent_count"), fig_curves, "time (s)", "agents in the scene",
-                "Agent count over a rollout (mean over seeds and seed windows)")
+    plot_curves(
+        ctx.figure_path("agent_count"),
+        fig_curves,
+        "time (s)",
+        "agents in the scene",
+        "Agent count over a rollout (mean over seeds and seed windows)",
+    )
     if frames_scene is not None:
         render_strip(frames_scene, ctx.figure_path("frames_strip"))
-    plot_curves(ctx.figure_path("train_loss"),
-                {f"seed {s}": (np.arange(len(per_seed[s]["losses"])), per_seed[s]["losses"]) for s in ctx.seeds},
-                "step", "loss (sum of 5 CE)", "Training loss")
+    plot_curves(
+        ctx.figure_path("train_loss"),
+        {f"seed {s}": (np.arange(len(per_seed[s]["losses"])), per_seed[s]["losses"]) for s in ctx.seeds},
+        "step",
+        "loss (sum of 5 CE)",
+        "Training loss",
+    )
     rows = []
     for m in ("ground_truth",) + METHODS:
         if f"count_ratio_{m}" not in summary:
@@ -146,26 +213,50 @@ def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene
         def cell(k, m=m):
             key = f"{k}_{m}"
             return f"{summary[key]['mean']:.3f} ± {summary[key]['std']:.3f}" if key in summary else "-"
-        rows.append([LABELS[m], cell("count_ratio"), cell("w1_speed"), cell("w1_accel"), cell("w1_headway"),
-                     cell("collision"), cell("offroad")])
-    table = markdown_table(["method", "count ratio", "W1 speed", "W1 accel", "W1 headway", "collision", "off-road"],
-                           rows)
-    metrics = {"per_seed": {str(s): {k: v for k, v in r.items()} for s, r in per_seed.items()}, "summary": summary,
-               "scale_config": sc}
-    notes = [f"window {sc['eval_from'] * dt:.0f}-{sc['horizon'] * dt:.0f} s of {sc['horizon'] * dt:.0f} s rollouts; "
-             f"{sc['n_scenes']} seed windows per seed ({sc['n_learned']} for learned EOS); {sc['steps']} training "
-             f"steps of batch {sc['batch']}",
-             "with insertion = the released caller-count mode (density target from the training distribution); "
-             "learned EOS = our extension"]
-    return RunOutput(metrics=metrics, measured=measured, tables={"60-120 s statistics (mean ± std over seeds)": table},
-                     notes=notes)
+
+        rows.append(
+            [
+                LABELS[m],
+                cell("count_ratio"),
+                cell("w1_speed"),
+                cell("w1_accel"),
+                cell("w1_headway"),
+                cell("collision"),
+                cell("offroad"),
+            ]
+        )
+    table = markdown_table(
+        ["method", "count ratio", "W1 speed", "W1 accel", "W1 headway", "collision", "off-road"], rows
+    )
+    metrics = {
+        "per_seed": {str(s): {k: v for k, v in r.items()} for s, r in per_seed.items()},
+        "summary": summary,
+        "scale_config": sc,
+    }
+    notes = [
+        f"window {sc['eval_from'] * dt:.0f}-{sc['horizon'] * dt:.0f} s of {sc['horizon'] * dt:.0f} s rollouts; "
+        f"{sc['n_scenes']} seed windows per seed ({sc['n_learned']} for learned EOS); {sc['steps']} training "
+        f"steps of batch {sc['batch']}",
+        "with insertion = the released caller-count mode (density target from the training distribution); "
+        "learned EOS = our extension",
+    ]
+    return RunOutput(
+        metrics=metrics, measured=measured, tables={"60-120 s statistics (mean ± std over seeds)": table}, notes=notes
+    )
 
 
 def build(sc: dict, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
     tok = SceneTokenizer(motion=MotionTokenizer(n_bins=sc["motion_bins"]), n_slots=32)
     torch.manual_seed(seed)
-    model = InfGenModel(InfGenConfig(d_model=sc["d_model"], n_dec_layers=sc["n_dec"],
-                                     n_actions=tok.motion.n_actions, n_slots=tok.n_slots, max_segments=128))
+    model = InfGenModel(
+        InfGenConfig(
+            d_model=sc["d_model"],
+            n_dec_layers=sc["n_dec"],
+            n_actions=tok.motion.n_actions,
+            n_slots=tok.n_slots,
+            max_segments=128,
+        )
+    )
     return tok, model
 
 
@@ -175,14 +266,26 @@ def run_seed(ctx: RunContext, sc: dict, seed: int) -> tuple[dict, dict, Scene]:
     tok, model = build(sc, seed)
     pairs = []
     for r in range(sc["train_runs"]):
-        pairs += long_run_windows(tok, world.simulate(sc["run_seconds"], seed=10_000 * seed + r),
-                                  length=sc["train_len"], stride=2, seed=seed)
+        pairs += long_run_windows(
+            tok, world.simulate(sc["run_seconds"], seed=10_000 * seed + r), length=sc["train_len"], stride=2, seed=seed
+        )
     seqs = [p[1] for p in pairs]
     counts = np.concatenate([p[0].counts() for p in pairs])
-    fit_res = train_infgen(model, seqs, TrainConfig(steps=sc["steps"], lr=1e-3, weight_decay=0.0,
-                                                    warmup_steps=max(1, sc["steps"] // 10), grad_clip=1.0,
-                                                    progress=ctx.show_progress, desc=f"train seed {seed}"),
-                           sc["batch"], seed)
+    fit_res = train_infgen(
+        model,
+        seqs,
+        TrainConfig(
+            steps=sc["steps"],
+            lr=1e-3,
+            weight_decay=0.0,
+            warmup_steps=max(1, sc["steps"] // 10),
+            grad_clip=1.0,
+            progress=ctx.show_progress,
+            desc=f"train seed {seed}",
+        ),
+        sc["batch"],
+        seed,
+    )
     gen = Generator(model, tok)
     gt = world.simulate(sc["long_seconds"], seed=10_000 * seed + 5_000)
     gt_stats = scene_stats(gt, 0, gt.T)
@@ -193,28 +296,45 @@ def run_seed(ctx: RunContext, sc: dict, seed: int) -> tuple[dict, dict, Scene]:
     for i, sw in enumerate(seeds):
         target = int(rng.choice(counts))
         for m, mode in (("insertion", "released"), ("no_insertion", "off")):
-            rollouts[m].append(gen.rollout(sw, H, RolloutConfig(insertion=mode), density_target=target,
-                                           rng=np.random.default_rng([seed, i, len(m)])))
+            rollouts[m].append(
+                gen.rollout(
+                    sw,
+                    H,
+                    RolloutConfig(insertion=mode),
+                    density_target=target,
+                    rng=np.random.default_rng([seed, i, len(m)]),
+                )
+            )
             bar.update(1)
         rollouts["log_replay"].append(log_replay(sw, H))
         bar.update(1)
         if i < sc["n_learned"]:
-            rollouts["learned_eos"].append(gen.rollout(sw, H, RolloutConfig(insertion="learned"),
-                                                       rng=np.random.default_rng([seed, i, 99])))
+            rollouts["learned_eos"].append(
+                gen.rollout(sw, H, RolloutConfig(insertion="learned"), rng=np.random.default_rng([seed, i, 99]))
+            )
             bar.update(1)
     bar.close()
     res, curves = measure(rollouts, gt_stats, t_from, H)
-    res.update({"losses": fit_res.losses, "final_loss": float(np.mean(fit_res.losses[-10:])),
-                "n_train_windows": len(seqs), "gen_calls": gen.n_calls})
+    res.update(
+        {
+            "losses": fit_res.losses,
+            "final_loss": float(np.mean(fit_res.losses[-10:])),
+            "n_train_windows": len(seqs),
+            "gen_calls": gen.n_calls,
+        }
+    )
     return res, curves, rollouts["insertion"][0]
 
 
 def measure(rollouts: dict[str, list[Scene]], gt_stats: dict, t_from: int, H: int) -> tuple[dict, dict]:
     """Per-method statistics over steps [t_from, H), pooled over seed windows, against ground truth."""
     gt_count = gt_stats["count"]
-    res: dict = {"gt_mean_count": gt_count, "count_ratio_ground_truth": 1.0,
-                 "collision_ground_truth": gt_stats["collisions"] / max(1, gt_stats["agent_steps"]),
-                 "offroad_ground_truth": gt_stats["offroad"] / max(1, gt_stats["agent_steps"])}
+    res: dict = {
+        "gt_mean_count": gt_count,
+        "count_ratio_ground_truth": 1.0,
+        "collision_ground_truth": gt_stats["collisions"] / max(1, gt_stats["agent_steps"]),
+        "offroad_ground_truth": gt_stats["offroad"] / max(1, gt_stats["agent_steps"]),
+    }
     curves = {"ground_truth_mean": gt_count}
     for m, scenes in rollouts.items():
         if not scenes:
@@ -231,7 +351,7 @@ def measure(rollouts: dict[str, list[Scene]], gt_stats: dict, t_from: int, H: in
         curve = np.zeros(H)
         for s in scenes:
             c = s.counts()
-            curve[:len(c)] += c
+            curve[: len(c)] += c
         curves[m] = curve / max(1, len(scenes))
     return res, curves
 

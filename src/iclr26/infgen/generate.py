@@ -117,9 +117,16 @@ class Generator:
         return self.model.extend(b, mc, cache)[0]
 
     @torch.no_grad()
-    def rollout(self, seed: Scene, horizon: int, cfg: RolloutConfig = RolloutConfig(), *,
-                density_target: int | None = None, rng: np.random.Generator | None = None,
-                force_all: bool = False) -> Scene:
+    def rollout(
+        self,
+        seed: Scene,
+        horizon: int,
+        cfg: RolloutConfig = RolloutConfig(),
+        *,
+        density_target: int | None = None,
+        rng: np.random.Generator | None = None,
+        force_all: bool = False,
+    ) -> Scene:
         """Generate ``horizon`` steps. The first ``cfg.force_steps`` steps (all of them if ``force_all``) are
         state-forced from ``seed``; returns the whole generated log as a :class:`Scene`."""
         if cfg.insertion == "released" and density_target is None and not force_all:
@@ -127,7 +134,7 @@ class Generator:
         if force_all and horizon > seed.T:
             raise ValueError(f"force_all needs horizon <= seed length ({horizon} > {seed.T})")
         rng = rng or np.random.default_rng(0)
-        gen = torch.Generator().manual_seed(int(rng.integers(2 ** 31)))
+        gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
         self.model.eval()
         seed = align_to_even_steps(seed)
         actions, recon = self.tok.motion.tokenize(seed)
@@ -139,7 +146,7 @@ class Generator:
         self._seq = 0
         W = self.model.cfg.window
         n_slots = self.model.cfg.n_slots
-        slot_free_at = np.full(n_slots, -10 ** 9)
+        slot_free_at = np.full(n_slots, -(10**9))
         agents: dict[int, _Agent] = {}
         next_uid = int(seed.uid.max()) + 1 if seed.A else 0
         log_rows, tl_log, meta = [], [], {}
@@ -171,24 +178,30 @@ class Generator:
                         s = free_slot(t)
                         if s is None:
                             continue
-                        agents[u] = _Agent(u, s, int(seed.types[a]), recon[t, a].copy(), seed.size[a].copy(),
-                                           self.tok.motion.start, t)
+                        agents[u] = _Agent(
+                            u, s, int(seed.types[a]), recon[t, a].copy(), seed.size[a].copy(), self.tok.motion.start, t
+                        )
                 order = sorted(agents.values(), key=lambda a: (a.first == t, a.first, a.uid))
                 rows = [builder.sos(t)]
                 if order:
                     xy = np.stack([a.state[:2] for a in order])
                     psi = np.array([a.state[2] for a in order])
                     seg = select_map_segment(map_, xy, psi)
-                    rsv = relative_state(map_, seg, np.stack([a.state for a in order]),
-                                         np.stack([a.size for a in order]))
+                    rsv = relative_state(
+                        map_, seg, np.stack([a.state for a in order]), np.stack([a.size for a in order])
+                    )
                     for j, a in enumerate(order):
-                        rows += [builder.soa(t, a.uid, a.slot), builder.type_(t, a.uid, a.slot, a.atype),
-                                 builder.ms(t, a.uid, a.slot, a.atype, seg[j]),
-                                 builder.rs(t, a.uid, a.slot, a.atype, rsv[j], a.state)]
+                        rows += [
+                            builder.soa(t, a.uid, a.slot),
+                            builder.type_(t, a.uid, a.slot, a.atype),
+                            builder.ms(t, a.uid, a.slot, a.atype, seg[j]),
+                            builder.rs(t, a.uid, a.slot, a.atype, rsv[j], a.state),
+                        ]
                 self._feed(rows, mc, cache, builder)
                 if not forced:
-                    next_uid = self._insert(t, agents, mc, cache, builder, cfg, density_target, gen, free_slot,
-                                            next_uid)
+                    next_uid = self._insert(
+                        t, agents, mc, cache, builder, cfg, density_target, gen, free_slot, next_uid
+                    )
                 else:
                     s = free_slot(t)
                     self._feed([builder.soa(t, END_UID_BASE + t, 0 if s is None else s)], mc, cache, builder)
@@ -286,8 +299,9 @@ class Generator:
     def _sample_rs(self, c: torch.Tensor, gen: torch.Generator) -> np.ndarray:
         bins = torch.zeros(1, 8, dtype=torch.long, device=c.device)
         for j in range(8):
-            logits = self.model.rs_head(c, bins[:, :j + 1] if j == 0 else
-                                        torch.cat([torch.zeros_like(bins[:, :1]), bins[:, :j]], 1))
+            logits = self.model.rs_head(
+                c, bins[:, : j + 1] if j == 0 else torch.cat([torch.zeros_like(bins[:, :1]), bins[:, :j]], 1)
+            )
             bins[0, j] = top_p_sample(logits[0, j], 1.0, 1.0, gen)
         return bins[0].cpu().numpy()
 
@@ -309,5 +323,5 @@ def log_replay(seed: Scene, horizon: int) -> Scene:
     states = np.zeros((horizon, seed.A, 4))
     valid = np.zeros((horizon, seed.A), bool)
     states[:T], valid[:T] = seed.states[:T], seed.valid[:T]
-    tl = np.concatenate([seed.tl[:T], np.repeat(seed.tl[T - 1:T], horizon - T, 0)]) if horizon > T else seed.tl[:T]
+    tl = np.concatenate([seed.tl[:T], np.repeat(seed.tl[T - 1 : T], horizon - T, 0)]) if horizon > T else seed.tl[:T]
     return Scene(states, valid, seed.size, seed.types, seed.uid, tl, seed.map, seed.dt)

@@ -14,8 +14,9 @@ def box_corners(x, y, psi, length, width) -> np.ndarray:
     x, y, psi, length, width = (np.asarray(v, dtype=float) for v in (x, y, psi, length, width))
     c, s = np.cos(psi), np.sin(psi)
     hl, hw = length / 2, width / 2
-    local = np.stack([np.stack([hl, hw], -1), np.stack([hl, -hw], -1), np.stack([-hl, -hw], -1),
-                      np.stack([-hl, hw], -1)], -2)  # [..., 4, 2]
+    local = np.stack(
+        [np.stack([hl, hw], -1), np.stack([hl, -hw], -1), np.stack([-hl, -hw], -1), np.stack([-hl, hw], -1)], -2
+    )  # [..., 4, 2]
     rx = local[..., 0] * c[..., None] - local[..., 1] * s[..., None] + x[..., None]
     ry = local[..., 0] * s[..., None] + local[..., 1] * c[..., None] + y[..., None]
     return np.stack([rx, ry], -1)
@@ -126,10 +127,25 @@ def scene_stats(scene: Scene, t_from: int, t_to: int) -> dict:
     """Pooled samples and rates over steps [t_from, t_to)."""
     steps = np.arange(t_from, min(t_to, scene.T))
     sp, acc = speeds_accels(scene, steps)
-    sub = Scene(scene.states[steps], scene.valid[steps], scene.size, scene.types, scene.uid, scene.tl[steps],
-                scene.map, scene.dt)
+    sub = Scene(
+        scene.states[steps],
+        scene.valid[steps],
+        scene.size,
+        scene.types,
+        scene.uid,
+        scene.tl[steps],
+        scene.map,
+        scene.dt,
+    )
     col = collisions_per_step(sub.states, sub.valid, sub.size)
     off = offroad_per_step(sub)
     n = int(sub.valid.sum())
-    return dict(speed=sp, accel=acc, headway=headways(sub), count=float(sub.valid.sum(1).mean()) if len(steps) else 0.0,
-                collisions=int(col.sum()), offroad=int(off.sum()), agent_steps=n)
+    return dict(
+        speed=sp,
+        accel=acc,
+        headway=headways(sub),
+        count=float(sub.valid.sum(1).mean()) if len(steps) else 0.0,
+        collisions=int(col.sum()),
+        offroad=int(off.sum()),
+        agent_steps=n,
+    )

@@ -97,8 +97,19 @@ class InfGenConfig:
         if size not in shapes:
             raise ValueError(f"size must be one of {sorted(shapes)}, got {size!r}")
         d, h, e, n = shapes[size]
-        base = dict(d_model=d, n_heads=h, n_enc_layers=e, n_dec_layers=n, n_slots=128, max_segments=3000,
-                    max_lights=64, rs_layers=3, point_hidden=64, window=91, rel_hidden=64)
+        base = dict(
+            d_model=d,
+            n_heads=h,
+            n_enc_layers=e,
+            n_dec_layers=n,
+            n_slots=128,
+            max_segments=3000,
+            max_lights=64,
+            rs_layers=3,
+            point_hidden=64,
+            window=91,
+            rel_hidden=64,
+        )
         base.update(kw)
         return cls(**base)
 
@@ -126,19 +137,32 @@ def group_mask(q: dict[str, Tensor], k: dict[str, Tensor], window: int) -> Tenso
     k_agent_as = (kk == SOA) | (kk == TYPE) | (kk == MS) | (kk == RS)
     k_se = (kk == SOS) | (kk == EOS)
     k_tl, k_mo = kk == TL, kk == MO
-    m_tl = (k_tl & (kt == qt)) | (k_tl & (k["light"][:, None, :] == q["light"][:, :, None]) & (kt < qt)) \
+    m_tl = (
+        (k_tl & (kt == qt))
+        | (k_tl & (k["light"][:, None, :] == q["light"][:, :, None]) & (kt < qt))
         | (k_mo & (kt == qt - 1))
+    )
     k_as = k_agent_as | k_se
-    m_as = (k_as & (kt == qt) & (k["seq"][:, None, :] <= q["seq"][:, :, None])) | (k_tl & (kt == qt)) \
-        | (k_mo & (kt == qt - 1)) | (k_agent_as & same_uid & (kt < qt)) | (k_se & (kt < qt))
+    m_as = (
+        (k_as & (kt == qt) & (k["seq"][:, None, :] <= q["seq"][:, :, None]))
+        | (k_tl & (kt == qt))
+        | (k_mo & (kt == qt - 1))
+        | (k_agent_as & same_uid & (kt < qt))
+        | (k_se & (kt < qt))
+    )
     # sos/eos of the blocks that contain the query agent: steps where it has agent-AS keys
     own = (k_agent_as & same_uid).float()  # [B, Lq, Lk]
     n_steps = int(torch.clamp(torch.cat([q["t"].flatten(), k["t"].flatten()]).max(), min=0)) + 2
     onehot = F.one_hot(k["t"].clamp(min=0), n_steps).float()  # [B, Lk, S]
     has_block = torch.bmm(own, onehot) > 0  # [B, Lq, S]
     hb = torch.gather(has_block, 2, k["t"].clamp(min=0)[:, None, :].expand(-1, has_block.shape[1], -1))
-    m_mo = (k_mo & (kt == qt)) | (k_tl & (kt == qt)) | (k_agent_as & same_uid & (kt <= qt)) \
-        | (k_se & (kt <= qt) & hb) | (k_mo & same_uid & (kt < qt))
+    m_mo = (
+        (k_mo & (kt == qt))
+        | (k_tl & (kt == qt))
+        | (k_agent_as & same_uid & (kt <= qt))
+        | (k_se & (kt <= qt) & hb)
+        | (k_mo & same_uid & (kt < qt))
+    )
     q_as = (qk >= SOS) & (qk <= EOS)
     m = torch.where(qk == TL, m_tl, torch.where(q_as, m_as, torch.where(qk == MO, m_mo, torch.zeros_like(m_tl))))
     m = m & (kt > qt - window) & (kk != PAD)
@@ -146,8 +170,9 @@ def group_mask(q: dict[str, Tensor], k: dict[str, Tensor], window: int) -> Tenso
     return m | self_pad
 
 
-def rel_features(qp: Tensor, qh: Tensor, qt: Tensor | None, kp: Tensor, kh: Tensor, kt: Tensor | None,
-                 window: int) -> Tensor:
+def rel_features(
+    qp: Tensor, qh: Tensor, qt: Tensor | None, kp: Tensor, kh: Tensor, kt: Tensor | None, window: int
+) -> Tensor:
     """Relative pose features e_qk [B, Lq, Lk, N_REL] (see module docstring)."""
     dx = kp[:, None, :, 0] - qp[:, :, None, 0]
     dy = kp[:, None, :, 1] - qp[:, :, None, 1]
@@ -160,8 +185,22 @@ def rel_features(qp: Tensor, qh: Tensor, qt: Tensor | None, kp: Tensor, kh: Tens
     both = hq * hk
     near = torch.exp(-5 * dist) * both  # exp(-d / 10 m)
     dtt = ((qt[:, :, None] - kt[:, None, :]).float() / window) if qt is not None else torch.zeros_like(dx)
-    return torch.stack([lx * both, ly * both, torch.cos(dpsi) * both, torch.sin(dpsi) * both, dist * both, dtt,
-                        hq, hk, near, lx * near * 5, ly * near * 5], -1)
+    return torch.stack(
+        [
+            lx * both,
+            ly * both,
+            torch.cos(dpsi) * both,
+            torch.sin(dpsi) * both,
+            dist * both,
+            dtt,
+            hq,
+            hk,
+            near,
+            lx * near * 5,
+            ly * near * 5,
+        ],
+        -1,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,8 +250,9 @@ class MapEncoder(nn.Module):
         self.proj = nn.Linear(ph, d)
         self.type_emb = nn.Embedding(8, d)
         self.layers = nn.ModuleList(
-            nn.ModuleDict(dict(ln1=nn.LayerNorm(d), attn=MHA(d, cfg.n_heads), ln2=nn.LayerNorm(d),
-                               ff=mlp(d, 4 * d, d))) for _ in range(cfg.n_enc_layers))
+            nn.ModuleDict(dict(ln1=nn.LayerNorm(d), attn=MHA(d, cfg.n_heads), ln2=nn.LayerNorm(d), ff=mlp(d, 4 * d, d)))
+            for _ in range(cfg.n_enc_layers)
+        )
         self.rel = mlp(N_REL, cfg.rel_hidden, cfg.n_heads * max(1, cfg.n_enc_layers))
         self.cfg = cfg
 
@@ -230,7 +270,7 @@ class MapEncoder(nn.Module):
         keymask = torch.where(valid[:, None, None, :], 0.0, float("-inf"))
         H = self.cfg.n_heads
         for i, layer in enumerate(self.layers):
-            bias = bias_all[:, i * H:(i + 1) * H] + keymask
+            bias = bias_all[:, i * H : (i + 1) * H] + keymask
             y = layer["ln1"](x)
             k, v = layer["attn"].kv(y)
             x = x + layer["attn"](y, k, v, bias)
@@ -266,7 +306,8 @@ class RelativeStateHead(nn.Module):
         self.field_emb = nn.Embedding(8, d)
         self.layers = nn.ModuleList(
             nn.ModuleDict(dict(n1=AdaLN(d), attn=MHA(d, cfg.n_heads), n2=AdaLN(d), ff=mlp(d, 4 * d, d)))
-            for _ in range(cfg.rs_layers))
+            for _ in range(cfg.rs_layers)
+        )
         self.out_norm = AdaLN(d)
         self.out = nn.Linear(d, nb)
         self.cond = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d))
@@ -277,8 +318,7 @@ class RelativeStateHead(nn.Module):
         c = self.cond(c)
         fields = torch.arange(J, device=c.device)
         prev_field = (fields - 1).clamp(min=0)
-        idx = torch.where(fields[None] == 0, torch.full_like(prev_bins, self.nb),
-                          prev_bins.clamp(0, self.nb - 1))
+        idx = torch.where(fields[None] == 0, torch.full_like(prev_bins, self.nb), prev_bins.clamp(0, self.nb - 1))
         x = self.val_emb(prev_field[None] * (self.nb + 1) + idx) + self.field_emb(fields)[None]
         causal = torch.full((J, J), float("-inf"), device=c.device).triu(1)
         for layer in self.layers:
@@ -355,9 +395,18 @@ class InfGenModel(nn.Module):
         self.mo_feat = mlp(8, d, d)
         self.pose_emb = mlp(4, d, d)
         self.layers = nn.ModuleList(
-            nn.ModuleDict(dict(ln_c=nn.LayerNorm(d), cross=MHA(d, cfg.n_heads), ln_s=nn.LayerNorm(d),
-                               self_=MHA(d, cfg.n_heads), ln_f=nn.LayerNorm(d), ff=mlp(d, 4 * d, d)))
-            for _ in range(cfg.n_dec_layers))
+            nn.ModuleDict(
+                dict(
+                    ln_c=nn.LayerNorm(d),
+                    cross=MHA(d, cfg.n_heads),
+                    ln_s=nn.LayerNorm(d),
+                    self_=MHA(d, cfg.n_heads),
+                    ln_f=nn.LayerNorm(d),
+                    ff=mlp(d, 4 * d, d),
+                )
+            )
+            for _ in range(cfg.n_dec_layers)
+        )
         H, n = cfg.n_heads, cfg.n_dec_layers
         self.rel_self = mlp(N_REL, cfg.rel_hidden, H * n)
         self.rel_cross = mlp(N_REL, cfg.rel_hidden, H * n)
@@ -379,20 +428,31 @@ class InfGenModel(nn.Module):
     # -- tokens -----------------------------------------------------------------------------------
     def embed(self, b: dict[str, Tensor], mc: MapContext) -> Tensor:
         kind = b["kind"]
-        x = self.kind_emb(torch.where(kind < 0, 8, kind)) + self.slot_emb(b["slot"] + 1) \
+        x = (
+            self.kind_emb(torch.where(kind < 0, 8, kind))
+            + self.slot_emb(b["slot"] + 1)
             + self.atype_emb(b["atype"] + 1)
+        )
         val = b["val"]
         is_tl, is_ms, is_rs, is_mo = kind == TL, kind == MS, kind == RS, kind == MO
         maxseg = self.cfg.max_segments - 1
-        tl_term = self.tl_state_emb(torch.where(is_tl, val, 0).clamp(0, 3)) \
-            + self.light_emb(b["light"].clamp(0, self.cfg.max_lights - 1)) \
+        tl_term = (
+            self.tl_state_emb(torch.where(is_tl, val, 0).clamp(0, 3))
+            + self.light_emb(b["light"].clamp(0, self.cfg.max_lights - 1))
             + self.map_id(b["tlseg"].clamp(0, maxseg))
+        )
         seg = torch.where(is_ms, val, 0).clamp(0, mc.tokens.shape[1] - 1)
         ms_term = self.map_id(seg.clamp(max=maxseg)) + torch.gather(
-            mc.tokens, 1, seg[..., None].expand(-1, -1, mc.tokens.shape[-1]))
+            mc.tokens, 1, seg[..., None].expand(-1, -1, mc.tokens.shape[-1])
+        )
         mo_term = self.action_emb(torch.where(is_mo, val, 0).clamp(0, self.cfg.n_actions)) + self.mo_feat(b["feat"])
-        x = x + is_tl[..., None] * tl_term + is_ms[..., None] * ms_term + is_rs[..., None] * self.rs_feat(b["feat"]) \
+        x = (
+            x
+            + is_tl[..., None] * tl_term
+            + is_ms[..., None] * ms_term
+            + is_rs[..., None] * self.rs_feat(b["feat"])
             + is_mo[..., None] * mo_term
+        )
         if self.cfg.abs_pose:
             p = b["pose"]
             pf = torch.stack([p[..., 0] / 50, p[..., 1] / 50, torch.cos(p[..., 2]), torch.sin(p[..., 2])], -1)
@@ -403,8 +463,15 @@ class InfGenModel(nn.Module):
         if not self.cfg.rel_bias:
             B, Lq, Lk = q["kind"].shape[0], q["kind"].shape[1], k["pose"].shape[1]
             return torch.zeros(B, self.cfg.n_heads * self.cfg.n_dec_layers, Lq, Lk, device=q["pose"].device)
-        e = rel_features(q["pose"], q["has_pose"], q["t"] if with_t else None, k["pose"], k["has_pose"],
-                         k["t"] if with_t else None, self.cfg.window)
+        e = rel_features(
+            q["pose"],
+            q["has_pose"],
+            q["t"] if with_t else None,
+            k["pose"],
+            k["has_pose"],
+            k["t"] if with_t else None,
+            self.cfg.window,
+        )
         return mlp_(e).permute(0, 3, 1, 2)
 
     def extend(self, b: dict[str, Tensor], mc: MapContext, cache: KVCache | None = None) -> Tensor:
@@ -509,10 +576,18 @@ def collate(seqs: list[TokenSeq], device: str | torch.device = "cpu", seq_offset
     L = max(1, max(len(s) for s in seqs))
     B = len(seqs)
     out = {
-        "kind": np.full((B, L), PAD), "t": np.zeros((B, L), np.int64), "uid": np.full((B, L), -1),
-        "slot": np.full((B, L), -1), "light": np.full((B, L), -1), "val": np.zeros((B, L), np.int64),
-        "atype": np.full((B, L), -1), "feat": np.zeros((B, L, 8), np.float32), "pose": np.zeros((B, L, 3), np.float32),
-        "has_pose": np.zeros((B, L), bool), "tgt": np.full((B, L), IGNORE), "rs_tgt": np.full((B, L, 8), IGNORE),
+        "kind": np.full((B, L), PAD),
+        "t": np.zeros((B, L), np.int64),
+        "uid": np.full((B, L), -1),
+        "slot": np.full((B, L), -1),
+        "light": np.full((B, L), -1),
+        "val": np.zeros((B, L), np.int64),
+        "atype": np.full((B, L), -1),
+        "feat": np.zeros((B, L, 8), np.float32),
+        "pose": np.zeros((B, L, 3), np.float32),
+        "has_pose": np.zeros((B, L), bool),
+        "tgt": np.full((B, L), IGNORE),
+        "rs_tgt": np.full((B, L, 8), IGNORE),
         "tlseg": np.zeros((B, L), np.int64),
     }
     for i, s in enumerate(seqs):
@@ -542,5 +617,9 @@ def collate_maps(maps: list, device: str | torch.device = "cpu") -> dict[str, Te
         n = m.num_segments
         pts[i, :n], pose[i, :n], stype[i, :n], valid[i, :n] = m.seg_points, m.seg_pose, m.seg_type, True
     t = torch.as_tensor
-    return {"seg_points": t(pts, device=device), "seg_pose": t(pose, device=device),
-            "seg_type": t(stype, device=device), "seg_valid": t(valid, device=device)}
+    return {
+        "seg_points": t(pts, device=device),
+        "seg_pose": t(pose, device=device),
+        "seg_type": t(stype, device=device),
+        "seg_valid": t(valid, device=device),
+    }

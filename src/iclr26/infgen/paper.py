@@ -57,27 +57,50 @@ def run_paper(ctx: RunContext) -> RunOutput:
         model = InfGenModel(InfGenConfig.paper(size, max_segments=max(3000, max(s.map.num_segments for s in scenes))))
         model.to(ctx.device)
         seqs = [tok(s, np.random.default_rng([seed, i]))[0] for i, s in enumerate(train)]
-        res = train_infgen(model, seqs, paper_train_config(steps, progress=ctx.show_progress), batch, seed,
-                           ckpt_dir=ctx.out_dir / f"ckpt_seed{seed}", device=ctx.device)
+        res = train_infgen(
+            model,
+            seqs,
+            paper_train_config(steps, progress=ctx.show_progress),
+            batch,
+            seed,
+            ckpt_dir=ctx.out_dir / f"ckpt_seed{seed}",
+            device=ctx.device,
+        )
         gen = Generator(model, tok, ctx.device)
         counts = np.concatenate([s.counts() for s in train])
         rng = np.random.default_rng(seed)
         rollouts = {"insertion": [], "no_insertion": [], "log_replay": [], "learned_eos": []}
         for i, s in enumerate(held):
             r = np.random.default_rng([seed, i])
-            rollouts["insertion"].append(gen.rollout(s, horizon, RolloutConfig(insertion="released", max_agents=120),
-                                                     density_target=int(rng.choice(counts)), rng=r))
+            rollouts["insertion"].append(
+                gen.rollout(
+                    s,
+                    horizon,
+                    RolloutConfig(insertion="released", max_agents=120),
+                    density_target=int(rng.choice(counts)),
+                    rng=r,
+                )
+            )
             rollouts["no_insertion"].append(gen.rollout(s, horizon, RolloutConfig(insertion="off"), rng=r))
-            rollouts["learned_eos"].append(gen.rollout(s, horizon, RolloutConfig(insertion="learned", max_agents=120),
-                                                       rng=r))
+            rollouts["learned_eos"].append(
+                gen.rollout(s, horizon, RolloutConfig(insertion="learned", max_agents=120), rng=r)
+            )
             rollouts["log_replay"].append(log_replay(s, horizon))
         out, cur = measure(rollouts, _pooled_gt_stats(held), horizon // 2, horizon)
-        out.update({"losses": res.losses, "final_loss": float(np.mean(res.losses[-10:])),
-                    "n_train_scenarios": len(train)})
+        out.update(
+            {"losses": res.losses, "final_loss": float(np.mean(res.losses[-10:])), "n_train_scenarios": len(train)}
+        )
         per_seed[seed] = out
         for k, v in cur.items():
             curves.setdefault(k, []).append(v)
         frame = frame or rollouts["insertion"][0]
-    sc = {"horizon": horizon, "eval_from": horizon // 2, "n_scenes": len(held), "n_learned": len(held), "steps": steps,
-          "batch": batch, "size": size}
+    sc = {
+        "horizon": horizon,
+        "eval_from": horizon // 2,
+        "n_scenes": len(held),
+        "n_learned": len(held),
+        "steps": steps,
+        "batch": batch,
+        "size": size,
+    }
     return summarise(ctx, per_seed, curves, frame, sc)

@@ -61,8 +61,9 @@ def _col(x: Any, T: int) -> np.ndarray:
     return a[:, 0]
 
 
-def scenario_to_scene(sd: dict, *, every: int = 5, current: int = 10, max_agents: int = 128,
-                      max_segments: int = 3000) -> Scene:
+def scenario_to_scene(
+    sd: dict, *, every: int = 5, current: int = 10, max_agents: int = 128, max_segments: int = 3000
+) -> Scene:
     """One ScenarioNet scenario dict -> :class:`Scene` at 10 Hz / ``every`` (2 Hz by default)."""
     for key in ("tracks", "map_features", "metadata"):
         if key not in sd:
@@ -89,8 +90,19 @@ def scenario_to_scene(sd: dict, *, every: int = 5, current: int = 10, max_agents
         first = int(np.flatnonzero(valid)[0])
         size = [float(_col(st[k], len(valid))[first]) for k in ("length", "width", "height")]
         dist = float(np.linalg.norm(pos[cur])) if valid[cur] else 1e9
-        rows.append((tid != sdc, dist, tid, TYPE_MAP[tr["type"]], pos[frames], head[frames],
-                     np.linalg.norm(vel[frames], axis=1), valid[frames], size))
+        rows.append(
+            (
+                tid != sdc,
+                dist,
+                tid,
+                TYPE_MAP[tr["type"]],
+                pos[frames],
+                head[frames],
+                np.linalg.norm(vel[frames], axis=1),
+                valid[frames],
+                size,
+            )
+        )
     rows.sort(key=lambda r: (r[0], r[1], str(r[2])))
     rows = rows[:max_agents]
     T, A = len(frames), len(rows)
@@ -122,8 +134,11 @@ def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapDa
                 ids.append(fid)
     if not lanes:
         raise ValueError("scenario has no lane polylines")
-    lights = [(dyn.get("lane"), dyn) for dyn in sd.get("dynamic_map_states", {}).values()
-              if str(dyn.get("type", "TRAFFIC_LIGHT")).upper() == "TRAFFIC_LIGHT" and dyn.get("lane") in ids]
+    lights = [
+        (dyn.get("lane"), dyn)
+        for dyn in sd.get("dynamic_map_states", {}).values()
+        if str(dyn.get("type", "TRAFFIC_LIGHT")).upper() == "TRAFFIC_LIGHT" and dyn.get("lane") in ids
+    ]
     light_lanes = [ids.index(lane) for lane, _ in lights]
     full = build_map(lanes, [SEG_LANE_IN] * len(lanes), light_lanes, bound=None, lane_half_width=1.75)
     if full.num_segments > max_segments:  # keep the segments nearest to the SDC
@@ -132,9 +147,19 @@ def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapDa
         remap[keep] = np.arange(len(keep))
         ok = remap[full.light_seg] >= 0
         lights = [lt for lt, good in zip(lights, ok, strict=True) if good]
-        full = MapData(full.seg_points[keep], full.seg_pose[keep], full.seg_type[keep], full.seg_lane[keep],
-                       full.dense_xy, full.dense_heading, full.dense_lane, full.dense_s, remap[full.light_seg[ok]],
-                       None, full.lane_half_width)
+        full = MapData(
+            full.seg_points[keep],
+            full.seg_pose[keep],
+            full.seg_type[keep],
+            full.seg_lane[keep],
+            full.dense_xy,
+            full.dense_heading,
+            full.dense_lane,
+            full.dense_s,
+            remap[full.light_seg[ok]],
+            None,
+            full.lane_half_width,
+        )
     return full, {"_lights": lights}
 
 
@@ -172,14 +197,16 @@ def scenario_files(path: str | Path, trust_pickles: bool = False, allowed_roots:
         raise ValueError(
             "ScenarioNet scenarios are Python pickles, and unpickling a file can run arbitrary code: pass "
             "trust_pickles=True (--set trust_pickles=1) only for a dataset you converted yourself or otherwise "
-            "trust. Only files listed in its dataset_summary.pkl are read.")
+            "trust. Only files listed in its dataset_summary.pkl are read."
+        )
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"{root}: not a folder; point at the ScenarioNet dataset folder holding {SUMMARY_FILE}")
     roots = [root.resolve(), *(Path(r).resolve() for r in allowed_roots)]
     if not (root / SUMMARY_FILE).is_file():
-        raise FileNotFoundError(f"{root}: no {SUMMARY_FILE}; not a ScenarioNet dataset (only files listed in "
-                                "the index are read)")
+        raise FileNotFoundError(
+            f"{root}: no {SUMMARY_FILE}; not a ScenarioNet dataset (only files listed in the index are read)"
+        )
     for idx in (SUMMARY_FILE, MAPPING_FILE):
         if (root / idx).exists() and not _inside(root / idx, roots[:1]):
             raise ValueError(f"{root / idx}: resolves outside the dataset folder; refused")
@@ -192,24 +219,31 @@ def scenario_files(path: str | Path, trust_pickles: bool = False, allowed_roots:
         raise ValueError(f"{root / MAPPING_FILE}: expected a dict of scenario file name -> folder")
     files = []
     for name in summary:
-        if not (isinstance(name, str) and name.endswith(".pkl") and Path(name).name == name
-                and name not in (SUMMARY_FILE, MAPPING_FILE)):
+        if not (
+            isinstance(name, str)
+            and name.endswith(".pkl")
+            and Path(name).name == name
+            and name not in (SUMMARY_FILE, MAPPING_FILE)
+        ):
             raise ValueError(f"{root / SUMMARY_FILE}: entry {str(name)[:100]!r} is not a bare scenario file name")
         folder = mapping.get(name) if has_mapping else ""
         if not isinstance(folder, str) or "\x00" in folder:
             raise ValueError(f"{root / MAPPING_FILE}: entry {name!r}: folder {folder!r} is missing or not a string")
         f = root / folder / name
         if not _inside(f, roots):
-            raise ValueError(f"{root / MAPPING_FILE}: entry {name!r}: {f} resolves outside the dataset folder "
-                             f"{roots[0]}; refused (pass allowed_roots for the sources of a merged dataset)")
+            raise ValueError(
+                f"{root / MAPPING_FILE}: entry {name!r}: {f} resolves outside the dataset folder "
+                f"{roots[0]}; refused (pass allowed_roots for the sources of a merged dataset)"
+            )
         if not f.is_file():
             raise ValueError(f"{root / SUMMARY_FILE}: entry {name!r}: listed file {f} does not exist")
         files.append(f)
     return files
 
 
-def load_scenarios(path: str | Path, limit: int | None = None, *, trust_pickles: bool = False,
-                   allowed_roots: tuple = ()) -> list[dict]:
+def load_scenarios(
+    path: str | Path, limit: int | None = None, *, trust_pickles: bool = False, allowed_roots: tuple = ()
+) -> list[dict]:
     """The scenarios a ScenarioNet dataset's index lists (see :func:`scenario_files`), first ``limit`` only.
 
     Unpickling runs only with ``trust_pickles=True``; without it this raises a ValueError saying why.

@@ -109,8 +109,11 @@ class MotionTokenizer:
         """argmin over all actions of ACE(step(state, mu), target) + tie term; state/target [N, 4], size [N, 2]."""
         ids = np.arange(self.n_actions)
         cand = self.step(state[:, None, :], ids[None, :])  # [N, K, 4]
-        err = self.ace(cand, np.broadcast_to(target[:, None, :], cand.shape),
-                       np.broadcast_to(size[:, None, :], cand.shape[:-1] + (2,)))
+        err = self.ace(
+            cand,
+            np.broadcast_to(target[:, None, :], cand.shape),
+            np.broadcast_to(size[:, None, :], cand.shape[:-1] + (2,)),
+        )
         c = self.n_bins // 2
         ia, iw = ids // self.n_bins, ids % self.n_bins
         radial = np.hypot(ia - c, iw - c) / max(1, c)
@@ -251,11 +254,20 @@ class TokenBuilder:
         self.rows: list[dict] = []
 
     def _add(self, **kw) -> dict:
-        row = dict(kind=kw["kind"], t=kw["t"], uid=kw.get("uid", -1), slot=kw.get("slot", -1),
-                   light=kw.get("light", -1), val=kw.get("val", 0), atype=kw.get("atype", -1),
-                   feat=kw.get("feat", np.zeros(FEAT_DIM)), pose=kw.get("pose", np.zeros(3)),
-                   has_pose=kw.get("pose") is not None, tgt=kw.get("tgt", IGNORE),
-                   rs_tgt=kw.get("rs_tgt", np.full(8, IGNORE)))
+        row = dict(
+            kind=kw["kind"],
+            t=kw["t"],
+            uid=kw.get("uid", -1),
+            slot=kw.get("slot", -1),
+            light=kw.get("light", -1),
+            val=kw.get("val", 0),
+            atype=kw.get("atype", -1),
+            feat=kw.get("feat", np.zeros(FEAT_DIM)),
+            pose=kw.get("pose", np.zeros(3)),
+            has_pose=kw.get("pose") is not None,
+            tgt=kw.get("tgt", IGNORE),
+            rs_tgt=kw.get("rs_tgt", np.full(8, IGNORE)),
+        )
         self.rows.append(row)
         return row
 
@@ -277,16 +289,40 @@ class TokenBuilder:
 
     def ms(self, t, uid, slot, atype, seg, rs_tgt=None):
         rs_tgt = np.full(8, IGNORE) if rs_tgt is None else rs_tgt
-        return self._add(kind=MS, t=t, uid=uid, slot=slot, val=int(seg), atype=int(atype),
-                         pose=self.map.seg_pose[int(seg)].copy(), rs_tgt=rs_tgt)
+        return self._add(
+            kind=MS,
+            t=t,
+            uid=uid,
+            slot=slot,
+            val=int(seg),
+            atype=int(atype),
+            pose=self.map.seg_pose[int(seg)].copy(),
+            rs_tgt=rs_tgt,
+        )
 
     def rs(self, t, uid, slot, atype, rs_values, state):
-        return self._add(kind=RS, t=t, uid=uid, slot=slot, atype=int(atype),
-                         feat=self.buckets.normalise(np.asarray(rs_values, float)), pose=state[:3].copy())
+        return self._add(
+            kind=RS,
+            t=t,
+            uid=uid,
+            slot=slot,
+            atype=int(atype),
+            feat=self.buckets.normalise(np.asarray(rs_values, float)),
+            pose=state[:3].copy(),
+        )
 
     def mo(self, t, uid, slot, atype, action, state, size, tgt=IGNORE):
-        return self._add(kind=MO, t=t, uid=uid, slot=slot, val=int(action), atype=int(atype),
-                         feat=self.motion_features(action, state, size), pose=state[:3].copy(), tgt=tgt)
+        return self._add(
+            kind=MO,
+            t=t,
+            uid=uid,
+            slot=slot,
+            val=int(action),
+            atype=int(atype),
+            feat=self.motion_features(action, state, size),
+            pose=state[:3].copy(),
+            tgt=tgt,
+        )
 
     def motion_features(self, action: int, state: np.ndarray, size: np.ndarray) -> np.ndarray:
         """(a, omega, |mu|, atan2(omega, a)) of the input action (zeros for ``start``), the body-frame speed
@@ -296,8 +332,18 @@ class TokenBuilder:
         else:
             a_, w_ = self.motion.values(action)
             a, w = float(a_) / self.motion.a_max, float(w_) / self.motion.w_max
-        return np.array([a, w, math.hypot(a, w), math.atan2(w, a) / math.pi, state[3] / 15.0, size[0] / 5.0,
-                         size[1] / 2.0, float(action == self.motion.start)])
+        return np.array(
+            [
+                a,
+                w,
+                math.hypot(a, w),
+                math.atan2(w, a) / math.pi,
+                state[3] / 15.0,
+                size[0] / 5.0,
+                size[1] / 2.0,
+                float(action == self.motion.start),
+            ]
+        )
 
     def to_seq(self) -> TokenSeq:
         r = self.rows
@@ -326,8 +372,12 @@ class SceneTokenizer:
         is_new = first[idx] == t
         return idx[np.lexsort((scene.uid[idx], first[idx], is_new))]
 
-    def __call__(self, scene: Scene, rng: np.random.Generator | None = None,
-                 motion_tokens: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[TokenSeq, dict]:
+    def __call__(
+        self,
+        scene: Scene,
+        rng: np.random.Generator | None = None,
+        motion_tokens: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[TokenSeq, dict]:
         """Tokenize; returns the sequence and ``info`` (actions, reconstructed states, slots, MS ids).
         ``motion_tokens``: precomputed (actions, reconstructed states), e.g. from :func:`long_run_windows`."""
         if scene.A > self.n_slots:
@@ -362,13 +412,22 @@ class SceneTokenizer:
                 b.eos(t)
             for a in np.flatnonzero(scene.valid[t]):
                 nxt = int(actions[t + 1, a]) if t + 1 < T and scene.valid[t + 1, a] else IGNORE
-                b.mo(t, int(scene.uid[a]), int(slot[a]), int(scene.types[a]), int(actions[t, a]), recon[t, a],
-                     scene.size[a], tgt=nxt)
+                b.mo(
+                    t,
+                    int(scene.uid[a]),
+                    int(slot[a]),
+                    int(scene.types[a]),
+                    int(actions[t, a]),
+                    recon[t, a],
+                    scene.size[a],
+                    tgt=nxt,
+                )
         return b.to_seq(), dict(actions=actions, recon=recon, slot=slot, ms=ms_ids)
 
 
-def long_run_windows(tok: SceneTokenizer, run: Scene, length: int = 19, stride: int = 4, max_agents: int = 24,
-                     seed: int = 0) -> list[tuple[Scene, TokenSeq]]:
+def long_run_windows(
+    tok: SceneTokenizer, run: Scene, length: int = 19, stride: int = 4, max_agents: int = 24, seed: int = 0
+) -> list[tuple[Scene, TokenSeq]]:
     """Tokenize a long log once (closed-loop over the whole run) and cut it into ``length``-step windows.
 
     Equivalent to tokenizing each window, except that agents already present at a window's start are
@@ -383,8 +442,16 @@ def long_run_windows(tok: SceneTokenizer, run: Scene, length: int = 19, stride: 
     for t0 in range(0, run.T - length + 1, stride + stride % 2):
         sl = slice(t0, t0 + length)
         cols = run.valid[sl].any(0)
-        w = Scene(recon[sl][:, cols].copy(), run.valid[sl][:, cols].copy(), run.size[cols], run.types[cols],
-                  run.uid[cols], run.tl[sl].copy(), run.map, run.dt)
+        w = Scene(
+            recon[sl][:, cols].copy(),
+            run.valid[sl][:, cols].copy(),
+            run.size[cols],
+            run.types[cols],
+            run.uid[cols],
+            run.tl[sl].copy(),
+            run.map,
+            run.dt,
+        )
         valid = align_to_even_steps(Scene(w.states, w.valid, w.size, w.types, np.arange(w.A), w.tl, w.map)).valid
         keep = valid.any(0)
         if not 0 < keep.sum() <= max_agents:

@@ -19,14 +19,28 @@ from iclr26.infgen.tokenizer import TokenSeq
 
 def paper_train_config(steps: int, **kw) -> TrainConfig:
     """The official optimisation settings for ``steps`` optimiser steps."""
-    base = dict(steps=steps, lr=3e-4, weight_decay=0.0, warmup_steps=min(2000, max(1, steps // 10)),
-                grad_clip=1.0, min_lr_ratio=0.0, desc="infgen")
+    base = dict(
+        steps=steps,
+        lr=3e-4,
+        weight_decay=0.0,
+        warmup_steps=min(2000, max(1, steps // 10)),
+        grad_clip=1.0,
+        min_lr_ratio=0.0,
+        desc="infgen",
+    )
     base.update(kw)
     return TrainConfig(**base)
 
 
-def train_infgen(model: InfGenModel, seqs: Sequence[TokenSeq], cfg: TrainConfig, batch_size: int, seed: int,
-                 ckpt_dir=None, device: str | torch.device = "cpu") -> FitResult:
+def train_infgen(
+    model: InfGenModel,
+    seqs: Sequence[TokenSeq],
+    cfg: TrainConfig,
+    batch_size: int,
+    seed: int,
+    ckpt_dir=None,
+    device: str | torch.device = "cpu",
+) -> FitResult:
     """Teacher-forced training on token sequences; batches drawn with a per-step seeded generator."""
     if not seqs:
         raise ValueError("no training sequences")

@@ -110,8 +110,16 @@ class Scene:
         """Steps [t0, t0 + length), keeping only agents present in them."""
         sl = slice(t0, t0 + length)
         keep = self.valid[sl].any(0)
-        return Scene(self.states[sl][:, keep].copy(), self.valid[sl][:, keep].copy(), self.size[keep].copy(),
-                     self.types[keep].copy(), self.uid[keep].copy(), self.tl[sl].copy(), self.map, self.dt)
+        return Scene(
+            self.states[sl][:, keep].copy(),
+            self.valid[sl][:, keep].copy(),
+            self.size[keep].copy(),
+            self.types[keep].copy(),
+            self.uid[keep].copy(),
+            self.tl[sl].copy(),
+            self.map,
+            self.dt,
+        )
 
     def counts(self) -> np.ndarray:
         """Agents present per step."""
@@ -207,8 +215,16 @@ def cut_segments(lane_xy: np.ndarray, max_len: float, n_points: int) -> list[np.
     return out
 
 
-def build_map(lanes: list[np.ndarray], lane_types: list[int], light_lanes: list[int], *, bound: float | None,
-              lane_half_width: float, segment_max_len: float = 10.0, n_points: int = 11) -> MapData:
+def build_map(
+    lanes: list[np.ndarray],
+    lane_types: list[int],
+    light_lanes: list[int],
+    *,
+    bound: float | None,
+    lane_half_width: float,
+    segment_max_len: float = 10.0,
+    n_points: int = 11,
+) -> MapData:
     """Cut lane polylines into <= ``segment_max_len`` segments and collect the map arrays."""
     seg_points, seg_type, seg_lane = [], [], []
     dense_xy, dense_h, dense_lane, dense_s = [], [], [], []
@@ -229,16 +245,23 @@ def build_map(lanes: list[np.ndarray], lane_types: list[int], light_lanes: list[
     d = pts[:, -1] - pts[:, 0]
     heading = np.arctan2(d[:, 1], d[:, 0])
     return MapData(
-        seg_points=pts, seg_pose=np.concatenate([centre, heading[:, None]], 1), seg_type=np.asarray(seg_type),
-        seg_lane=np.asarray(seg_lane), dense_xy=np.concatenate(dense_xy), dense_heading=np.concatenate(dense_h),
-        dense_lane=np.concatenate(dense_lane), dense_s=np.concatenate(dense_s),
-        light_seg=np.asarray([last_seg_of_lane[ln] for ln in light_lanes], dtype=int), bound=bound,
-        lane_half_width=lane_half_width)
+        seg_points=pts,
+        seg_pose=np.concatenate([centre, heading[:, None]], 1),
+        seg_type=np.asarray(seg_type),
+        seg_lane=np.asarray(seg_lane),
+        dense_xy=np.concatenate(dense_xy),
+        dense_heading=np.concatenate(dense_h),
+        dense_lane=np.concatenate(dense_lane),
+        dense_s=np.concatenate(dense_s),
+        light_seg=np.asarray([last_seg_of_lane[ln] for ln in light_lanes], dtype=int),
+        bound=bound,
+        lane_half_width=lane_half_width,
+    )
 
 
 def _bezier(p0, p1, p2, p3, n=60):
     t = np.linspace(0, 1, n)[:, None]
-    return (1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t ** 2 * p2 + t ** 3 * p3
+    return (1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t**2 * p2 + t**3 * p3
 
 
 class TinyTown:
@@ -268,8 +291,9 @@ class TinyTown:
                 lanes.append(xy)
                 types.append(SEG_CONNECTOR)
         self.lanes = [(_resample(np.asarray(x, float), 0.25)) for x in lanes]  # (xy, s) per lane
-        self.map = build_map(lanes, types, light_lanes=[0, 1, 2, 3], bound=L, lane_half_width=w,
-                             segment_max_len=cfg.segment_max_len)
+        self.map = build_map(
+            lanes, types, light_lanes=[0, 1, 2, 3], bound=L, lane_half_width=w, segment_max_len=cfg.segment_max_len
+        )
         # routes: (approach a, manoeuvre m) -> lane list, dense path
         self.routes = {}
         for (a, m), conn in self.connector.items():
@@ -278,10 +302,18 @@ class TinyTown:
             xy = np.concatenate([self.lanes[i][0] if j == 0 else self.lanes[i][0][1:] for j, i in enumerate(ids)])
             pxy, ps = _resample(xy, 0.25)
             offsets = np.cumsum([0.0] + [self.lanes[i][1][-1] for i in ids[:-1]])
-            self.routes[(a, m)] = dict(lanes=ids, xy=pxy, s=ps, heading=_headings(pxy), offsets=offsets,
-                                       heading_unwrapped=np.unwrap(_headings(pxy)),
-                                       stop_s=float(self.lanes[a][1][-1]), conn_end=float(offsets[2]),
-                                       length=float(ps[-1]), turning=m != 0)
+            self.routes[(a, m)] = dict(
+                lanes=ids,
+                xy=pxy,
+                s=ps,
+                heading=_headings(pxy),
+                offsets=offsets,
+                heading_unwrapped=np.unwrap(_headings(pxy)),
+                stop_s=float(self.lanes[a][1][-1]),
+                conn_end=float(offsets[2]),
+                length=float(ps[-1]),
+                turning=m != 0,
+            )
 
     # -- signals --------------------------------------------------------------------------------
     def light_states(self, time: float, offset: float) -> np.ndarray:
@@ -341,10 +373,20 @@ class TinyTown:
                 m = int(rng.choice(3, p=cfg.route_probs))
                 v0 = rng.uniform(4.0, 6.0) if is_cyc else rng.uniform(10.0, 13.5)
                 speed = v0 if last is None else min(v0, last["v"] + 0.5 * (last["s"] - 8.0) / 5.0)
-                veh.append(dict(uid=next_uid, route=(a, m), s=length / 2, v=max(0.0, speed), v0=v0, length=length,
-                                width=0.7 if is_cyc else rng.uniform(1.8, 2.0), height=1.7 if is_cyc else 1.5,
-                                type=CYCLIST if is_cyc else VEHICLE,
-                                lat=(rng.uniform(0, cfg.lateral_amp), rng.uniform(0, 2 * math.pi))))
+                veh.append(
+                    dict(
+                        uid=next_uid,
+                        route=(a, m),
+                        s=length / 2,
+                        v=max(0.0, speed),
+                        v0=v0,
+                        length=length,
+                        width=0.7 if is_cyc else rng.uniform(1.8, 2.0),
+                        height=1.7 if is_cyc else 1.5,
+                        type=CYCLIST if is_cyc else VEHICLE,
+                        lat=(rng.uniform(0, cfg.lateral_amp), rng.uniform(0, 2 * math.pi)),
+                    )
+                )
                 if time >= warmup:
                     self.entry_times.append(time)
                 next_uid += 1
@@ -381,7 +423,7 @@ class TinyTown:
         v = me["v"]
         v0 = me["v0"]
         if r["turning"] and me["s"] < r["conn_end"]:
-            v0 = min(v0, math.sqrt(cfg.v_turn ** 2 + 2 * 1.0 * max(0.0, r["stop_s"] - me["s"])))
+            v0 = min(v0, math.sqrt(cfg.v_turn**2 + 2 * 1.0 * max(0.0, r["stop_s"] - me["s"])))
         free = 1 - (v / v0) ** 4
         gaps = []
         # leader on the route: other vehicles whose current lane is on my route and further ahead
@@ -444,12 +486,20 @@ def align_to_even_steps(scene: Scene) -> Scene:
         first = idx[0]
         gap = np.flatnonzero(np.diff(idx) > 1)
         if gap.size:
-            valid[idx[gap[0] + 1]:, a] = False
+            valid[idx[gap[0] + 1] :, a] = False
         if first % 2 == 1:
             valid[first, a] = False
     keep = valid.any(0)
-    return Scene(scene.states[:, keep], valid[:, keep], scene.size[keep], scene.types[keep], scene.uid[keep],
-                 scene.tl, scene.map, scene.dt)
+    return Scene(
+        scene.states[:, keep],
+        valid[:, keep],
+        scene.size[keep],
+        scene.types[keep],
+        scene.uid[keep],
+        scene.tl,
+        scene.map,
+        scene.dt,
+    )
 
 
 def cut_windows(scene: Scene, length: int = 19, stride: int = 4, max_agents: int = 24) -> list[Scene]:
@@ -471,13 +521,22 @@ class TinyTownData:
     long_runs: list[Scene] = field(default_factory=list)
 
 
-def make_dataset(seed: int, n_train_runs: int, run_seconds: float, long_seconds: float, n_long: int = 1,
-                 cfg: TinyTownConfig | None = None, window_stride: int = 4, max_agents: int = 24) -> TinyTownData:
+def make_dataset(
+    seed: int,
+    n_train_runs: int,
+    run_seconds: float,
+    long_seconds: float,
+    n_long: int = 1,
+    cfg: TinyTownConfig | None = None,
+    window_stride: int = 4,
+    max_agents: int = 24,
+) -> TinyTownData:
     """``n_train_runs`` runs cut into windows, plus ``n_long`` held-out long runs (different world seeds)."""
     world = TinyTown(cfg)
     windows = []
     for r in range(n_train_runs):
-        windows += cut_windows(world.simulate(run_seconds, seed=10_000 * seed + r), stride=window_stride,
-                               max_agents=max_agents)
+        windows += cut_windows(
+            world.simulate(run_seconds, seed=10_000 * seed + r), stride=window_stride, max_agents=max_agents
+        )
     longs = [world.simulate(long_seconds, seed=10_000 * seed + 5_000 + r) for r in range(n_long)]
     return TinyTownData(windows, longs)

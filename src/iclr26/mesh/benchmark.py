@@ -40,16 +40,26 @@ def _step_fn(cfg: MeshConfig, device: str, seed: int):
     return step
 
 
-def step_time_ratio(base_cfg: MeshConfig, mesh_cfg: MeshConfig, batch: int = 8, seq_len: int = 128,
-                    steps: int = 10, warmup: int = 2, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+def step_time_ratio(
+    base_cfg: MeshConfig,
+    mesh_cfg: MeshConfig,
+    batch: int = 8,
+    seq_len: int = 128,
+    steps: int = 10,
+    warmup: int = 2,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict[str, Any]:
     """Median training-step seconds of each model and ``ratio = mesh / base``."""
     if base_cfg.scheme != "base" or mesh_cfg.scheme != "mesh":
         raise ValueError("step_time_ratio compares a scheme='base' config with a scheme='mesh' config")
     if replace(base_cfg, scheme="mesh") != mesh_cfg:
         raise ValueError("the two configs must differ only in the scheme")
     g = torch.Generator().manual_seed(seed)
-    batches = [torch.randint(0, base_cfg.vocab_size, (batch, seq_len + 1), generator=g).to(device)
-               for _ in range(warmup + steps)]
+    batches = [
+        torch.randint(0, base_cfg.vocab_size, (batch, seq_len + 1), generator=g).to(device)
+        for _ in range(warmup + steps)
+    ]
     base, mesh = _step_fn(base_cfg, device, seed), _step_fn(mesh_cfg, device, seed)
     tb, tm = [], []
     for i, b in enumerate(batches):
@@ -58,8 +68,17 @@ def step_time_ratio(base_cfg: MeshConfig, mesh_cfg: MeshConfig, batch: int = 8, 
             tb.append(x)
             tm.append(y)
     mb, mm = statistics.median(tb), statistics.median(tm)
-    return {"base_s": mb, "mesh_s": mm, "ratio": mm / mb, "steps": steps, "batch": batch, "seq_len": seq_len,
-            "layout": base_cfg.layout, "d_model": base_cfg.d_model, "device": device}
+    return {
+        "base_s": mb,
+        "mesh_s": mm,
+        "ratio": mm / mb,
+        "steps": steps,
+        "batch": batch,
+        "seq_len": seq_len,
+        "layout": base_cfg.layout,
+        "d_model": base_cfg.d_model,
+        "device": device,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,10 +93,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, GPU)")
     a = p.parse_args(argv)
-    base = MeshConfig(vocab_size=a.vocab_size, d_model=a.d_model, n_heads=a.n_heads, layout=a.layout,
-                      scheme="base", max_seq_len=max(a.seq_len, 2048))
-    ctx = (torch.autocast(device_type=a.device.split(":")[0], dtype=torch.bfloat16) if a.dtype == "bfloat16"
-           else torch.autocast(device_type="cpu", enabled=False))
+    base = MeshConfig(
+        vocab_size=a.vocab_size,
+        d_model=a.d_model,
+        n_heads=a.n_heads,
+        layout=a.layout,
+        scheme="base",
+        max_seq_len=max(a.seq_len, 2048),
+    )
+    ctx = (
+        torch.autocast(device_type=a.device.split(":")[0], dtype=torch.bfloat16)
+        if a.dtype == "bfloat16"
+        else torch.autocast(device_type="cpu", enabled=False)
+    )
     with ctx:
         res = step_time_ratio(base, replace(base, scheme="mesh"), a.batch, a.seq_len, a.steps, device=a.device)
     res["dtype"] = a.dtype

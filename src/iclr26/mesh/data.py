@@ -72,8 +72,9 @@ class ByteCorpus:
         cut = int(round(len(data) * (1 - val_fraction)))
         return cls(train=data[:cut], val=data[cut:])
 
-    def train_batch(self, seed: int, step: int, batch: int, seq_len: int, rank: int = 0, world: int = 1
-                    ) -> torch.Tensor:
+    def train_batch(
+        self, seed: int, step: int, batch: int, seq_len: int, rank: int = 0, world: int = 1
+    ) -> torch.Tensor:
         """(batch // world, seq_len + 1) random windows of the training split; a function of (seed, step)
         only, so every arm of an experiment sees exactly the same tokens. Under DDP each rank takes its
         slice of the global batch."""
@@ -82,8 +83,8 @@ class ByteCorpus:
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, len(self.train) - seq_len - 1, size=batch)
         per = batch // world
-        starts = starts[rank * per:(rank + 1) * per]
-        rows = np.stack([self.train[s:s + seq_len + 1] for s in starts])
+        starts = starts[rank * per : (rank + 1) * per]
+        rows = np.stack([self.train[s : s + seq_len + 1] for s in starts])
         return torch.from_numpy(rows.astype(np.int64))
 
     def val_batches(self, seq_len: int, max_windows: int, batch: int) -> list[torch.Tensor]:
@@ -91,6 +92,6 @@ class ByteCorpus:
         n = min(max_windows, (len(self.val) - 1) // seq_len)
         if n < 1:
             raise ValueError("validation split shorter than one window")
-        rows = np.stack([self.val[i * seq_len:i * seq_len + seq_len + 1] for i in range(n)]).astype(np.int64)
+        rows = np.stack([self.val[i * seq_len : i * seq_len + seq_len + 1] for i in range(n)]).astype(np.int64)
         t = torch.from_numpy(rows)
-        return [t[i:i + batch] for i in range(0, n, batch)]
+        return [t[i : i + batch] for i in range(0, n, batch)]

@@ -100,8 +100,9 @@ def effective_rank(x: Tensor) -> float:
 
 
 @torch.no_grad()
-def loop_diagnostics(model: torch.nn.Module, tokens: Tensor, sigma_frac: float = 1.0, top_k: int = 50
-                     ) -> dict[str, Any]:
+def loop_diagnostics(
+    model: torch.nn.Module, tokens: Tensor, sigma_frac: float = 1.0, top_k: int = 50
+) -> dict[str, Any]:
     """All diagnostics of a recursive model on a batch of token ids (N, T).
 
     Returns ``update_prelude``, ``update_loops`` (per core application, ``u(f_core, h^(t))``),

@@ -66,26 +66,64 @@ class ScaleSettings:
     bench_steps: int
 
 
-ARM_SCHEMES = {"vanilla": "base", "base": "base", "residual": "residual", "anchor": "anchor",
-               "anchor_emb": "anchor_emb", "mesh": "mesh"}
+ARM_SCHEMES = {
+    "vanilla": "base",
+    "base": "base",
+    "residual": "residual",
+    "anchor": "anchor",
+    "anchor_emb": "anchor_emb",
+    "mesh": "mesh",
+}
 
 SCALES = {
-    "smoke": ScaleSettings(d_model=32, n_heads=2, vanilla_layers=4, recursive_layout="1+1R2+1",
-                           arms=("vanilla", "base", "residual", "anchor", "anchor_emb", "mesh"),
-                           seq_len=32, batch=8, steps=30, lr=1e-3, warmup=3, corpus_bytes=200_000,
-                           val_windows=32, eval_every=15, diag_samples=4, bench_steps=3),
+    "smoke": ScaleSettings(
+        d_model=32,
+        n_heads=2,
+        vanilla_layers=4,
+        recursive_layout="1+1R2+1",
+        arms=("vanilla", "base", "residual", "anchor", "anchor_emb", "mesh"),
+        seq_len=32,
+        batch=8,
+        steps=30,
+        lr=1e-3,
+        warmup=3,
+        corpus_bytes=200_000,
+        val_windows=32,
+        eval_every=15,
+        diag_samples=4,
+        bench_steps=3,
+    ),
     # Sized for a shared 2-core machine under heavy contention (~0.18 s/step measured on one thread).
-    "small": ScaleSettings(d_model=64, n_heads=4, vanilla_layers=6, recursive_layout="1+2R2+1",
-                           arms=("vanilla", "base", "anchor", "mesh"),
-                           seq_len=64, batch=16, steps=200, lr=1e-3, warmup=10, corpus_bytes=2_000_000,
-                           val_windows=128, eval_every=50, diag_samples=16, bench_steps=10),
+    "small": ScaleSettings(
+        d_model=64,
+        n_heads=4,
+        vanilla_layers=6,
+        recursive_layout="1+2R2+1",
+        arms=("vanilla", "base", "anchor", "mesh"),
+        seq_len=64,
+        batch=16,
+        steps=200,
+        lr=1e-3,
+        warmup=10,
+        corpus_bytes=2_000_000,
+        val_windows=128,
+        eval_every=50,
+        diag_samples=16,
+        bench_steps=10,
+    ),
 }
 
 
 def model_config(s: ScaleSettings, arm: str, vocab_size: int = 256) -> MeshConfig:
     layout = str(s.vanilla_layers) if arm == "vanilla" else s.recursive_layout
-    return MeshConfig(vocab_size=vocab_size, d_model=s.d_model, n_heads=s.n_heads, layout=layout,
-                      scheme=ARM_SCHEMES[arm], max_seq_len=max(s.seq_len, 16))
+    return MeshConfig(
+        vocab_size=vocab_size,
+        d_model=s.d_model,
+        n_heads=s.n_heads,
+        layout=layout,
+        scheme=ARM_SCHEMES[arm],
+        max_seq_len=max(s.seq_len, 16),
+    )
 
 
 @torch.no_grad()
@@ -98,8 +136,9 @@ def val_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
     return tot / n
 
 
-def train_arm(s: ScaleSettings, arm: str, seed: int, corpus: ByteCorpus, device: str = "cpu",
-              progress: bool = False) -> tuple[RecursiveNeoX, dict[str, Any]]:
+def train_arm(
+    s: ScaleSettings, arm: str, seed: int, corpus: ByteCorpus, device: str = "cpu", progress: bool = False
+) -> tuple[RecursiveNeoX, dict[str, Any]]:
     """Train one arm on one seed; returns the model and its metrics (val loss, curves, diagnostics)."""
     cfg = model_config(s, arm)
     torch.manual_seed(seed)
@@ -109,9 +148,18 @@ def train_arm(s: ScaleSettings, arm: str, seed: int, corpus: ByteCorpus, device:
     def get_batch(step: int, rank: int, world: int) -> torch.Tensor:
         return corpus.train_batch(seed, step, s.batch, s.seq_len, rank, world).to(device)
 
-    tcfg = TrainConfig(steps=s.steps, lr=s.lr, weight_decay=0.01, betas=(0.9, 0.95), warmup_steps=s.warmup,
-                       min_lr_ratio=0.1, grad_clip=1.0, eval_every=s.eval_every, progress=progress,
-                       desc=f"{arm} seed {seed}")
+    tcfg = TrainConfig(
+        steps=s.steps,
+        lr=s.lr,
+        weight_decay=0.01,
+        betas=(0.9, 0.95),
+        warmup_steps=s.warmup,
+        min_lr_ratio=0.1,
+        grad_clip=1.0,
+        eval_every=s.eval_every,
+        progress=progress,
+        desc=f"{arm} seed {seed}",
+    )
     t0 = time.perf_counter()
     res = fit(model, lm_loss, get_batch, tcfg, eval_fn=lambda m, step: {"val_loss": val_loss(m, val)})
     wall = time.perf_counter() - t0
@@ -136,8 +184,13 @@ def _plots(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], title: str
         steps = [st for st, _ in runs[0]["val_curve"]]
         vals = np.array([[v for _, v in r["val_curve"]] for r in runs])
         curves[arm] = (steps, vals.mean(0), vals.std(0, ddof=1) if len(runs) > 1 else np.zeros(len(steps)))
-    plot_curves(ctx.figure_path("val_loss_curves"), curves, "step", "validation loss (nats/token)",
-                f"{title} (mean ± std over seeds)")
+    plot_curves(
+        ctx.figure_path("val_loss_curves"),
+        curves,
+        "step",
+        "validation loss (nats/token)",
+        f"{title} (mean ± std over seeds)",
+    )
 
     rec = [a for a in per_arm if a != "vanilla"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
@@ -149,8 +202,12 @@ def _plots(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], title: str
         axes[0].plot(range(1, len(ups) + 1), ups, marker="o", label=arm)
         axes[1].plot([f"h{t}→h{t + 1}" for t in range(len(cka))], cka, marker="o", label=arm)
         axes[2].plot(d[0]["state_names"], er, marker="o", label=arm)
-    axes[0].set(xlabel="loop t", ylabel="relative update of f_core", title="per-loop update magnitude",
-                xticks=range(1, len(ups) + 1))
+    axes[0].set(
+        xlabel="loop t",
+        ylabel="relative update of f_core",
+        title="per-loop update magnitude",
+        xticks=range(1, len(ups) + 1),
+    )
     axes[1].set(ylabel="RBF CKA", title="CKA of consecutive loop states")
     axes[2].set(ylabel="effective rank", title="effective rank of states")
     for ax in axes:
@@ -176,8 +233,12 @@ def run(ctx: RunContext) -> RunOutput:
     s = SCALES[ctx.scale]
     if "steps" in ctx.options:
         s = replace(s, steps=int(ctx.options["steps"]))
-    if s.vanilla_layers != MeshConfig(vocab_size=256, d_model=s.d_model, n_heads=s.n_heads,
-                                      layout=s.recursive_layout, scheme="base").parsed_layout.depth:
+    if (
+        s.vanilla_layers
+        != MeshConfig(
+            vocab_size=256, d_model=s.d_model, n_heads=s.n_heads, layout=s.recursive_layout, scheme="base"
+        ).parsed_layout.depth
+    ):
         raise ExperimentError("vanilla and recursive depths differ: the comparison would not be matched")
     threads = torch.get_num_threads()
     # One thread by default: on a shared 2-core machine, 2 threads under contention run many times slower.
@@ -197,21 +258,42 @@ def _run(ctx: RunContext, s: ScaleSettings) -> RunOutput:
         per_arm[arm].append(out)
     bench = None
     if s.bench_steps:
-        bench = step_time_ratio(model_config(s, "base"), model_config(s, "mesh"), batch=s.batch,
-                                seq_len=s.seq_len, steps=s.bench_steps, device=ctx.device)
+        bench = step_time_ratio(
+            model_config(s, "base"),
+            model_config(s, "mesh"),
+            batch=s.batch,
+            seq_len=s.seq_len,
+            steps=s.bench_steps,
+            device=ctx.device,
+        )
     settings = dict(s.__dict__, tokens_per_arm=s.steps * s.batch * s.seq_len)
-    output = summarize(ctx, per_arm, s.arms, settings, {a: model_config(s, a).layout for a in s.arms},
-                       title=f"byte-level stdlib LM, {s.recursive_layout} vs {s.vanilla_layers} layers")
+    output = summarize(
+        ctx,
+        per_arm,
+        s.arms,
+        settings,
+        {a: model_config(s, a).layout for a in s.arms},
+        title=f"byte-level stdlib LM, {s.recursive_layout} vs {s.vanilla_layers} layers",
+    )
     output.metrics["step_time_ratio_mesh_over_base"] = bench
-    output.notes.insert(0, f"matched: depth {s.vanilla_layers}, {settings['tokens_per_arm']} training tokens "
-                           "per arm, identical batches per seed")
+    output.notes.insert(
+        0,
+        f"matched: depth {s.vanilla_layers}, {settings['tokens_per_arm']} training tokens "
+        "per arm, identical batches per seed",
+    )
     if bench:
         output.notes.append(f"training step time mesh/base: {bench['ratio']:.3f} (target <= 1.10)")
     return output
 
 
-def summarize(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], arms: tuple[str, ...],
-              settings: dict[str, Any], layouts: dict[str, str], title: str = "") -> RunOutput:
+def summarize(
+    ctx: RunContext,
+    per_arm: dict[str, list[dict[str, Any]]],
+    arms: tuple[str, ...],
+    settings: dict[str, Any],
+    layouts: dict[str, str],
+    title: str = "",
+) -> RunOutput:
     """Metrics, claim measurements, table and figures from the per-arm, per-seed run results.
 
     Each run result has ``val_loss``, ``val_curve`` [(step, loss)], and for recursive arms ``diagnostics``
@@ -219,9 +301,14 @@ def summarize(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], arms: t
     """
     loss = {a: [r["val_loss"] for r in per_arm[a]] for a in arms}
     mean = {a: float(np.mean(v)) for a, v in loss.items()}
-    diag = {a: {k: float(np.mean([r["diagnostics"][k] for r in per_arm[a]]))
-                for k in ("cka_consecutive_mean", "update_balance")}
-            for a in arms if a != "vanilla"}
+    diag = {
+        a: {
+            k: float(np.mean([r["diagnostics"][k] for r in per_arm[a]]))
+            for k in ("cka_consecutive_mean", "update_balance")
+        }
+        for a in arms
+        if a != "vanilla"
+    }
     # Share of the base-to-vanilla gap closed by mesh; undefined (NaN) when vanilla is not better than base.
     gap = mean["base"] - mean["vanilla"]
     gap_share = (mean["base"] - mean["mesh"]) / gap if gap > 1e-12 else float("nan")
@@ -237,25 +324,45 @@ def summarize(ctx: RunContext, per_arm: dict[str, list[dict[str, Any]]], arms: t
         "params_non_embedding": params,
     }
     measured = {
-        "C1": {"mesh_per_seed": loss["mesh"], "base_per_seed": loss["base"], "mesh": mean["mesh"],
-               "base": mean["base"]},
+        "C1": {
+            "mesh_per_seed": loss["mesh"],
+            "base_per_seed": loss["base"],
+            "mesh": mean["mesh"],
+            "base": mean["base"],
+        },
         "C2": {"mesh": mean["mesh"], "anchor": mean["anchor"]},
-        "C3": {"cka_mesh": diag["mesh"]["cka_consecutive_mean"], "cka_base": diag["base"]["cka_consecutive_mean"],
-               "balance_mesh": diag["mesh"]["update_balance"], "balance_base": diag["base"]["update_balance"]},
+        "C3": {
+            "cka_mesh": diag["mesh"]["cka_consecutive_mean"],
+            "cka_base": diag["base"]["cka_consecutive_mean"],
+            "balance_mesh": diag["mesh"]["update_balance"],
+            "balance_base": diag["base"]["update_balance"],
+        },
     }
     rows = []
     for a in arms:
         ms = mean_std(loss[a])
         d = diag.get(a, {})
-        rows.append([a, layouts[a], params[a] if params[a] is not None else "-", f"{ms['mean']:.4f}",
-                     f"{ms['std']:.4f}", ", ".join(f"{v:.4f}" for v in loss[a]),
-                     f"{d['cka_consecutive_mean']:.3f}" if d else "-", f"{d['update_balance']:.2f}" if d else "-"])
-    table = markdown_table(["arm", "layout", "non-emb params", "val loss mean", "std", "per seed",
-                            "CKA(h_t,h_t+1)", "update max/min"], rows)
-    notes = [f"share of the base-to-vanilla gap closed by mesh, (base - mesh) / (base - vanilla): {gap_share:.3f}"
-             + (" (undefined: vanilla is not better than base)" if gap <= 1e-12 else "")]
-    return RunOutput(metrics=metrics, measured=measured, tables={"Validation loss and diagnostics": table},
-                     notes=notes)
+        rows.append(
+            [
+                a,
+                layouts[a],
+                params[a] if params[a] is not None else "-",
+                f"{ms['mean']:.4f}",
+                f"{ms['std']:.4f}",
+                ", ".join(f"{v:.4f}" for v in loss[a]),
+                f"{d['cka_consecutive_mean']:.3f}" if d else "-",
+                f"{d['update_balance']:.2f}" if d else "-",
+            ]
+        )
+    table = markdown_table(
+        ["arm", "layout", "non-emb params", "val loss mean", "std", "per seed", "CKA(h_t,h_t+1)", "update max/min"],
+        rows,
+    )
+    notes = [
+        f"share of the base-to-vanilla gap closed by mesh, (base - mesh) / (base - vanilla): {gap_share:.3f}"
+        + (" (undefined: vanilla is not better than base)" if gap <= 1e-12 else "")
+    ]
+    return RunOutput(metrics=metrics, measured=measured, tables={"Validation loss and diagnostics": table}, notes=notes)
 
 
 EXPERIMENT = Experiment(
@@ -263,20 +370,31 @@ EXPERIMENT = Experiment(
     title="MeSH: Memory-as-State-Highways for Recursive Transformers",
     arxiv="2510.07739",
     claims=(
-        Claim("C1", "mesh validation loss < base validation loss in every seed",
-              {"pythia-410m 4+8R2+4 Pile eval loss": {"base": 2.2358, "mesh": 2.2077}},
-              "all(mesh_s < base_s for every seed s)",
-              lambda m: len(m["mesh_per_seed"]) == len(m["base_per_seed"]) > 0
-              and all(a < b for a, b in zip(m["mesh_per_seed"], m["base_per_seed"]))),
-        Claim("C2", "mean mesh validation loss < mean +anchor validation loss",
-              {"pythia-410m 4+8R2+4 Pile eval loss": {"anchor": 2.2178, "mesh": 2.2077}},
-              "mean(mesh) < mean(anchor)",
-              lambda m: m["mesh"] < m["anchor"]),
-        Claim("C3", "diagnostics move the paper's way: lower consecutive-loop CKA and more balanced "
-              "per-loop update magnitudes for mesh than base",
-              "base: CKA(h_t,h_t+1)≈1, loop-1 update >> later loops; mesh: lower CKA, balanced updates",
-              "mean CKA(mesh) < mean CKA(base) and mean max/min update ratio(mesh) < (base)",
-              lambda m: m["cka_mesh"] < m["cka_base"] and m["balance_mesh"] < m["balance_base"]),
+        Claim(
+            "C1",
+            "mesh validation loss < base validation loss in every seed",
+            {"pythia-410m 4+8R2+4 Pile eval loss": {"base": 2.2358, "mesh": 2.2077}},
+            "all(mesh_s < base_s for every seed s)",
+            lambda m: (
+                len(m["mesh_per_seed"]) == len(m["base_per_seed"]) > 0
+                and all(a < b for a, b in zip(m["mesh_per_seed"], m["base_per_seed"]))
+            ),
+        ),
+        Claim(
+            "C2",
+            "mean mesh validation loss < mean +anchor validation loss",
+            {"pythia-410m 4+8R2+4 Pile eval loss": {"anchor": 2.2178, "mesh": 2.2077}},
+            "mean(mesh) < mean(anchor)",
+            lambda m: m["mesh"] < m["anchor"],
+        ),
+        Claim(
+            "C3",
+            "diagnostics move the paper's way: lower consecutive-loop CKA and more balanced "
+            "per-loop update magnitudes for mesh than base",
+            "base: CKA(h_t,h_t+1)≈1, loop-1 update >> later loops; mesh: lower CKA, balanced updates",
+            "mean CKA(mesh) < mean CKA(base) and mean max/min update ratio(mesh) < (base)",
+            lambda m: m["cka_mesh"] < m["cka_base"] and m["balance_mesh"] < m["balance_base"],
+        ),
     ),
     run=run,
 )

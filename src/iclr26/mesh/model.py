@@ -172,8 +172,9 @@ class MeshConfig:
         if self.mesh_impl not in ("buffer", "unrolled"):
             raise ValueError(f"mesh_impl must be 'buffer' or 'unrolled', got {self.mesh_impl!r}")
         if self.transition_router_input not in ("h_pre", "h_emb"):
-            raise ValueError("transition_router_input must be 'h_pre' or 'h_emb', "
-                             f"got {self.transition_router_input!r}")
+            raise ValueError(
+                f"transition_router_input must be 'h_pre' or 'h_emb', got {self.transition_router_input!r}"
+            )
         if self.vocab_size < 1 or self.max_seq_len < 1:
             raise ValueError("vocab_size and max_seq_len must be positive")
 
@@ -206,8 +207,9 @@ class MeshConfig:
 
 def rotary_cos_sin(positions: Tensor, rotary_dims: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos/sin tables ``(T, rotary_dims)``: angle_{p,i} = p * base^(-2i/rotary_dims), duplicated halves."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dims, 2, device=positions.device, dtype=torch.float32)
-                               / rotary_dims))
+    inv_freq = 1.0 / (
+        base ** (torch.arange(0, rotary_dims, 2, device=positions.device, dtype=torch.float32) / rotary_dims)
+    )
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -355,8 +357,7 @@ class _MeshBuffer:
     def __init__(self, h_emb: Tensor, slots: int, impl: str):
         self.impl = impl
         if impl == "buffer":
-            self.memory = torch.zeros(*h_emb.shape[:-1], slots, h_emb.shape[-1], dtype=h_emb.dtype,
-                                      device=h_emb.device)
+            self.memory = torch.zeros(*h_emb.shape[:-1], slots, h_emb.shape[-1], dtype=h_emb.dtype, device=h_emb.device)
             self.memory[..., 0, :] = h_emb
         else:
             self.h_emb = h_emb
@@ -442,8 +443,14 @@ class RecursiveNeoX(nn.Module):
         h = self.embed_in(input_ids)
         return h * math.sqrt(self.cfg.d_model) if self.cfg.scale_embeddings else h
 
-    def forward(self, input_ids: Tensor | None = None, *, inputs_embeds: Tensor | None = None,
-                position_ids: Tensor | None = None, return_trace: bool = False) -> Any:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        *,
+        inputs_embeds: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        return_trace: bool = False,
+    ) -> Any:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
         h_emb = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
@@ -486,11 +493,11 @@ class RecursiveNeoX(nn.Module):
         h0 = h
         states.append(h)
         for t in range(n_loop):
-            h_m = self.core(t)(h, cos, sin)                    # Eq. 4: h_m^(t) = f_core(h^(t))
+            h_m = self.core(t)(h, cos, sin)  # Eq. 4: h_m^(t) = f_core(h^(t))
             core_out.append(h_m)
             if scheme == "mesh":
-                ww, wr = self.routers.pairs[t + 1](h)          # routers from h^(t), the core's input
-                h = buffer.write_read(ww, h_m, wr)             # write h_m, then read the updated buffer
+                ww, wr = self.routers.pairs[t + 1](h)  # routers from h^(t), the core's input
+                h = buffer.write_read(ww, h_m, wr)  # write h_m, then read the updated buffer
                 trace["w_write"].append(ww)
                 trace["w_read"].append(wr)
             elif scheme == "base":
@@ -518,13 +525,21 @@ def lm_loss(model: nn.Module, tokens: Tensor) -> Tensor:
 
 def parameter_groups(model: RecursiveNeoX) -> dict[str, int]:
     """Parameter counts of the built model by part (shared parameters counted once)."""
+
     def n(mod: nn.Module | None) -> int:
         return 0 if mod is None else sum(p.numel() for p in mod.parameters())
 
     emb = model.embed_in.weight.numel() + (0 if model.cfg.tie_embeddings else model.embed_out.weight.numel())
-    parts = {"embedding": emb, "prelude": n(model.prelude), "core": n(model.cores), "coda": n(model.coda),
-             "routers": n(model.routers), "final_layer_norm": n(model.final_layer_norm)}
-    parts["non_embedding"] = parts["prelude"] + parts["core"] + parts["coda"] + parts["routers"] \
-        + parts["final_layer_norm"]
+    parts = {
+        "embedding": emb,
+        "prelude": n(model.prelude),
+        "core": n(model.cores),
+        "coda": n(model.coda),
+        "routers": n(model.routers),
+        "final_layer_norm": n(model.final_layer_norm),
+    }
+    parts["non_embedding"] = (
+        parts["prelude"] + parts["core"] + parts["coda"] + parts["routers"] + parts["final_layer_norm"]
+    )
     parts["total"] = sum(p.numel() for p in model.parameters())
     return parts

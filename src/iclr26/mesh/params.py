@@ -38,8 +38,13 @@ def count_parameters(cfg: MeshConfig) -> dict[str, int]:
     routers = router_parameters(cfg.d_model, cfg.slots, lay.n_loop) if cfg.scheme == "mesh" else 0
     non_emb = unique * layer_parameters(cfg.d_model, cfg.ff) + 2 * cfg.d_model + routers
     emb = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
-    return {"non_embedding": non_emb, "routers": routers, "embedding": emb, "total": non_emb + emb,
-            "unique_layers": unique}
+    return {
+        "non_embedding": non_emb,
+        "routers": routers,
+        "embedding": emb,
+        "total": non_emb + emb,
+        "unique_layers": unique,
+    }
 
 
 def count_built_parameters(cfg: MeshConfig) -> dict[str, int]:

@@ -57,8 +57,9 @@ def _read_hf_config(source: Any) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def pythia_config(source: str | Path | dict | Any, layout: str | None = None, scheme: str = "mesh",
-                  **overrides: Any) -> MeshConfig:
+def pythia_config(
+    source: str | Path | dict | Any, layout: str | None = None, scheme: str = "mesh", **overrides: Any
+) -> MeshConfig:
     """A :class:`MeshConfig` with a Pythia shape.
 
     source: a size name from :data:`PYTHIA_SHAPES` (``"1.4b"``), a local ``config.json`` or folder, a dict
@@ -69,8 +70,13 @@ def pythia_config(source: str | Path | dict | Any, layout: str | None = None, sc
     name = str(source).lower().removeprefix("pythia-") if isinstance(source, str) else None
     if name in PYTHIA_SHAPES:
         d, n_layers, heads = PYTHIA_SHAPES[name]
-        base: dict[str, Any] = {"vocab_size": 50688 if name == "12b" else 50304, "d_model": d, "n_heads": heads,
-                                "d_ff": 4 * d, "max_seq_len": 2048}
+        base: dict[str, Any] = {
+            "vocab_size": 50688 if name == "12b" else 50304,
+            "d_model": d,
+            "n_heads": heads,
+            "d_ff": 4 * d,
+            "max_seq_len": 2048,
+        }
         default_layout = PAPER_LAYOUTS.get(name, str(n_layers))
     else:
         hf = _read_hf_config(source)
@@ -79,8 +85,10 @@ def pythia_config(source: str | Path | dict | Any, layout: str | None = None, sc
         rope = hf.get("rope_parameters") or {}
         n_layers = int(hf["num_hidden_layers"])
         base = {
-            "vocab_size": int(hf["vocab_size"]), "d_model": int(hf["hidden_size"]),
-            "n_heads": int(hf["num_attention_heads"]), "d_ff": int(hf.get("intermediate_size", 4 * hf["hidden_size"])),
+            "vocab_size": int(hf["vocab_size"]),
+            "d_model": int(hf["hidden_size"]),
+            "n_heads": int(hf["num_attention_heads"]),
+            "d_ff": int(hf.get("intermediate_size", 4 * hf["hidden_size"])),
             "rotary_pct": float(hf.get("rotary_pct", rope.get("partial_rotary_factor", 0.25))),
             "rotary_base": float(hf.get("rotary_emb_base", rope.get("rope_theta", 10000.0))),
             "parallel_residual": bool(hf.get("use_parallel_residual", True)),
@@ -103,8 +111,9 @@ def pythia_config(source: str | Path | dict | Any, layout: str | None = None, sc
     return MeshConfig(layout=str(lay), scheme=scheme, **{**base, **overrides})
 
 
-def map_gpt_neox_state_dict(hf_state: dict[str, torch.Tensor], cfg: MeshConfig,
-                            core_init: Literal["first", "average"] = "first") -> dict[str, torch.Tensor]:
+def map_gpt_neox_state_dict(
+    hf_state: dict[str, torch.Tensor], cfg: MeshConfig, core_init: Literal["first", "average"] = "first"
+) -> dict[str, torch.Tensor]:
     """Rename/merge a Hugging Face GPT-NeoX state dict into :class:`RecursiveNeoX` names (routers excluded).
 
     The checkpoint must have ``P + C*K + S`` layers (the vanilla model of the same depth).
@@ -154,8 +163,13 @@ def map_gpt_neox_state_dict(hf_state: dict[str, torch.Tensor], cfg: MeshConfig,
     return out
 
 
-def load_pythia(path: str | Path, layout: str | None = None, scheme: str = "mesh",
-                core_init: Literal["first", "average"] = "first", **overrides: Any) -> RecursiveNeoX:
+def load_pythia(
+    path: str | Path,
+    layout: str | None = None,
+    scheme: str = "mesh",
+    core_init: Literal["first", "average"] = "first",
+    **overrides: Any,
+) -> RecursiveNeoX:
     """A recursive model initialised from a local Hugging Face GPT-NeoX/Pythia checkpoint folder.
 
     Embeddings are not rescaled by default (``scale_embeddings=False``): Pythia was trained without the
@@ -167,8 +181,7 @@ def load_pythia(path: str | Path, layout: str | None = None, scheme: str = "mesh
     cfg = pythia_config(path, layout=layout, scheme=scheme, **overrides)
     hf = load_local_model(path, kind="causal_lm")
     model = RecursiveNeoX(cfg)
-    missing, unexpected = model.load_state_dict(map_gpt_neox_state_dict(hf.state_dict(), cfg, core_init),
-                                                strict=False)
+    missing, unexpected = model.load_state_dict(map_gpt_neox_state_dict(hf.state_dict(), cfg, core_init), strict=False)
     missing = [k for k in missing if not k.startswith("routers.")]
     if missing or unexpected:
         raise ValueError(f"checkpoint mapping failed: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -66,15 +66,16 @@ class PaperTrainConfig:
     seed: int = 0
 
 
-def train_model(model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu", ckpt_dir: str | None = None,
-                progress: bool = True) -> dict[str, Any]:
+def train_model(
+    model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu", ckpt_dir: str | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Train ``model`` with core.train.fit (DDP under torchrun) and return val-loss curve and losses."""
     data = load_tokens(tc.tokens)
     if len(data) < tc.val_tokens + 2 * (tc.seq_len + 1):
         raise ValueError(f"{tc.tokens}: {len(data)} tokens is too few for val_tokens={tc.val_tokens}")
     if int(data.max()) >= model.cfg.vocab_size:
         raise ValueError(f"token id {int(data.max())} >= vocab_size {model.cfg.vocab_size}")
-    train, val = data[: len(data) - tc.val_tokens], data[len(data) - tc.val_tokens:]
+    train, val = data[: len(data) - tc.val_tokens], data[len(data) - tc.val_tokens :]
     model.to(device)
     use_amp = tc.bf16 and device.startswith("cuda")
 
@@ -84,7 +85,9 @@ def train_model(model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu",
         rng = np.random.default_rng([tc.seed, step])
         starts = rng.integers(0, len(train) - tc.seq_len - 1, size=tc.batch)
         per = tc.batch // world
-        rows = [np.asarray(train[s:s + tc.seq_len + 1], dtype=np.int64) for s in starts[rank * per:(rank + 1) * per]]
+        rows = [
+            np.asarray(train[s : s + tc.seq_len + 1], dtype=np.int64) for s in starts[rank * per : (rank + 1) * per]
+        ]
         return torch.from_numpy(np.stack(rows)).to(device)
 
     n_win = (len(val) - 1) // tc.seq_len
@@ -93,8 +96,10 @@ def train_model(model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu",
     def eval_fn(m: torch.nn.Module, step: int) -> dict[str, float]:
         losses = []
         for i in range(0, per_eval, 8):
-            rows = [np.asarray(val[j * tc.seq_len:(j + 1) * tc.seq_len + 1], dtype=np.int64)
-                    for j in range(i, min(i + 8, per_eval))]
+            rows = [
+                np.asarray(val[j * tc.seq_len : (j + 1) * tc.seq_len + 1], dtype=np.int64)
+                for j in range(i, min(i + 8, per_eval))
+            ]
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
                 losses.append(float(lm_loss(m, torch.from_numpy(np.stack(rows)).to(device))) * len(rows))
         return {"val_loss": sum(losses) / per_eval}
@@ -103,17 +108,30 @@ def train_model(model: RecursiveNeoX, tc: PaperTrainConfig, device: str = "cpu",
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
             return lm_loss(m, batch)
 
-    cfg = TrainConfig(steps=tc.steps, lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95),
-                      warmup_steps=max(1, int(round(tc.warmup_frac * tc.steps))), min_lr_ratio=tc.min_lr_ratio,
-                      grad_clip=1.0, eval_every=tc.eval_every, progress=progress,
-                      ckpt_every=tc.eval_every if ckpt_dir else 0, desc=f"{model.cfg.layout} {model.cfg.scheme}")
+    cfg = TrainConfig(
+        steps=tc.steps,
+        lr=tc.lr,
+        weight_decay=tc.weight_decay,
+        betas=(0.9, 0.95),
+        warmup_steps=max(1, int(round(tc.warmup_frac * tc.steps))),
+        min_lr_ratio=tc.min_lr_ratio,
+        grad_clip=1.0,
+        eval_every=tc.eval_every,
+        progress=progress,
+        ckpt_every=tc.eval_every if ckpt_dir else 0,
+        desc=f"{model.cfg.layout} {model.cfg.scheme}",
+    )
     res = fit(model, loss_fn, get_batch, cfg, eval_fn=eval_fn, ckpt_dir=ckpt_dir)
-    return {"val_loss": res.evals[-1][1]["val_loss"], "val_curve": [(s, e["val_loss"]) for s, e in res.evals],
-            "train_losses": res.losses}
+    return {
+        "val_loss": res.evals[-1][1]["val_loss"],
+        "val_curve": [(s, e["val_loss"]) for s, e in res.evals],
+        "train_losses": res.losses,
+    }
 
 
-def build_model(pythia: str, layout: str | None, scheme: str, init_from: str | None, seed: int,
-                **overrides: Any) -> RecursiveNeoX:
+def build_model(
+    pythia: str, layout: str | None, scheme: str, init_from: str | None, seed: int, **overrides: Any
+) -> RecursiveNeoX:
     """From scratch (a Pythia config/size) or from a local HF checkpoint (``init_from``)."""
     from iclr26.mesh.pythia import load_pythia, pythia_config
 
@@ -148,9 +166,15 @@ def run_paper_scale(ctx: RunContext) -> RunOutput:
     if not rec.parsed_layout.recursive:
         raise ExperimentError("--set layout=P+CRK+S is needed: the config's default layout is not recursive")
     o = ctx.options
-    tc = PaperTrainConfig(tokens=tokens, steps=int(o.get("steps", 120_818)), batch=int(o.get("batch", 512)),
-                          seq_len=int(o.get("seq_len", 4096)), lr=float(o.get("lr", 2e-4)),
-                          val_tokens=int(o.get("val_tokens", 1_000_000)), eval_every=int(o.get("eval_every", 1000)))
+    tc = PaperTrainConfig(
+        tokens=tokens,
+        steps=int(o.get("steps", 120_818)),
+        batch=int(o.get("batch", 512)),
+        seq_len=int(o.get("seq_len", 4096)),
+        lr=float(o.get("lr", 2e-4)),
+        val_tokens=int(o.get("val_tokens", 1_000_000)),
+        eval_every=int(o.get("eval_every", 1000)),
+    )
     per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     for seed in ctx.seeds:
         for arm in arms:
@@ -161,15 +185,21 @@ def run_paper_scale(ctx: RunContext) -> RunOutput:
                 model = build_model(pythia, cfg.layout, cfg.scheme, init_from, seed)
             out = train_model(model, replace(tc, seed=seed), ctx.device, progress=ctx.show_progress)
             if cfg.parsed_layout.recursive:
-                val = load_tokens(tokens)[-tc.val_tokens:]
+                val = load_tokens(tokens)[-tc.val_tokens :]
                 n = min(8, (len(val) - 1) // tc.seq_len)
-                toks = torch.from_numpy(np.stack([np.asarray(val[i * tc.seq_len:(i + 1) * tc.seq_len], dtype=np.int64)
-                                                  for i in range(n)])).to(ctx.device)
+                toks = torch.from_numpy(
+                    np.stack([np.asarray(val[i * tc.seq_len : (i + 1) * tc.seq_len], dtype=np.int64) for i in range(n)])
+                ).to(ctx.device)
                 out["diagnostics"] = loop_diagnostics(model, toks)
             out.pop("train_losses")
             per_arm[arm].append(out)
-    return summarize(ctx, per_arm, arms, {"pythia": pythia, "layout": rec.layout, "train": asdict(tc)},
-                     layouts={a: (str(rec.parsed_layout.depth) if a == "vanilla" else rec.layout) for a in arms})
+    return summarize(
+        ctx,
+        per_arm,
+        arms,
+        {"pythia": pythia, "layout": rec.layout, "train": asdict(tc)},
+        layouts={a: (str(rec.parsed_layout.depth) if a == "vanilla" else rec.layout) for a in arms},
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,13 +227,25 @@ def main(argv: list[str] | None = None) -> None:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
         torch.cuda.set_device(device)
     model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
-    tc = PaperTrainConfig(tokens=a.tokens, val_tokens=a.val_tokens, seq_len=a.seq_len, batch=a.batch,
-                          steps=a.steps, lr=a.lr, eval_every=a.eval_every, seed=a.seed)
+    tc = PaperTrainConfig(
+        tokens=a.tokens,
+        val_tokens=a.val_tokens,
+        seq_len=a.seq_len,
+        batch=a.batch,
+        steps=a.steps,
+        lr=a.lr,
+        eval_every=a.eval_every,
+        seed=a.seed,
+    )
     out = train_model(model, tc, device, ckpt_dir=a.out, progress=rank == 0)
     if rank == 0:
         Path(a.out).mkdir(parents=True, exist_ok=True)
-        res = {"config": asdict(model.cfg), "train": asdict(tc), "val_loss": out["val_loss"],
-               "val_curve": out["val_curve"]}
+        res = {
+            "config": asdict(model.cfg),
+            "train": asdict(tc),
+            "val_loss": out["val_loss"],
+            "val_curve": out["val_curve"],
+        }
         (Path(a.out) / "result.json").write_text(json.dumps(res, indent=2))
         print(json.dumps({"val_loss": out["val_loss"]}))
 

@@ -18,9 +18,45 @@ from iclr26.sman_bench.corpus import Corpus, page_path_ids
 from iclr26.sman_bench.evaluate import Action, Observation
 from iclr26.sman_bench.instructions import VAGUE, Task
 
-STOP = {"the", "and", "a", "an", "of", "to", "in", "on", "for", "its", "then", "open", "find", "go", "from",
-        "select", "choose", "pick", "show", "check", "view", "section", "tab", "into", "box", "type", "more",
-        "scroll", "swipe", "list", "items", "see", "browse", "search", "filter", "by", "up"}
+STOP = {
+    "the",
+    "and",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "on",
+    "for",
+    "its",
+    "then",
+    "open",
+    "find",
+    "go",
+    "from",
+    "select",
+    "choose",
+    "pick",
+    "show",
+    "check",
+    "view",
+    "section",
+    "tab",
+    "into",
+    "box",
+    "type",
+    "more",
+    "scroll",
+    "swipe",
+    "list",
+    "items",
+    "see",
+    "browse",
+    "search",
+    "filter",
+    "by",
+    "up",
+}
 SHORTCUT_PREFIXES = ("recommended:", "popular:", "similar:")
 DISMISS = {"close", "×", "x", "skip", "dismiss", "no thanks"}
 
@@ -48,7 +84,7 @@ class OracleAgent:
         target = self.task.name
         if not self.shortcuts:
             p, g = page_path_ids(page), self.task.gold
-            if page.split("_")[0] == target.split("_")[0] and p == g[:len(p)] and len(p) < len(g):
+            if page.split("_")[0] == target.split("_")[0] and p == g[: len(p)] and len(p) < len(g):
                 return g[len(p)]
             return None
         prev = {page: None}
@@ -245,8 +281,14 @@ def element_features(obs: Observation, i: int) -> tuple[list[int], list[float]]:
     sparse = [_h(f"k:{e.kind}"), _h(f"sc:{is_shortcut(e.text)}")]
     sparse += [_h(f"p:{a}|{b}") for a in step for b in et][:64]
     sparse += [_h(f"e:{b}") for b in et]
-    dense = [len(et & step), len(et & inst), float(is_shortcut(e.text)), float(e.kind == "click"),
-             float(e.kind == "scroll"), float(e.kind == "input")]
+    dense = [
+        len(et & step),
+        len(et & inst),
+        float(is_shortcut(e.text)),
+        float(e.kind == "click"),
+        float(e.kind == "scroll"),
+        float(e.kind == "input"),
+    ]
     return sparse, dense
 
 
@@ -279,8 +321,15 @@ def bc_examples(corpus: Corpus, tasks: list[Task]) -> list[tuple[Observation, in
             view = app.page(page)
             kind, idx, arg = view.action_for(g)
             obs = Observation(t.complete_instruct, t.step_instruct[i], view.elements, page, app.name, i)
-            out.append((obs, idx, Action(kind, idx, text=arg if kind == "input" else None,
-                                         direction=arg if kind == "scroll" else None)))
+            out.append(
+                (
+                    obs,
+                    idx,
+                    Action(
+                        kind, idx, text=arg if kind == "input" else None, direction=arg if kind == "scroll" else None
+                    ),
+                )
+            )
             page = f"{page}_{g}"
     return out
 
@@ -293,8 +342,9 @@ def train_bc(corpus: Corpus, tasks: list[Task], epochs: int = 3, lr: float = 0.0
     data = []
     for obs, idx, _ in bc_examples(corpus, tasks):  # features computed once
         feats = [element_features(obs, i) for i in range(len(obs.elements))]
-        data.append(([f[0] for f in feats], torch.tensor([f[1] for f in feats], dtype=torch.float32),
-                     torch.tensor([idx])))
+        data.append(
+            ([f[0] for f in feats], torch.tensor([f[1] for f in feats], dtype=torch.float32), torch.tensor([idx]))
+        )
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         for j in rng.permutation(len(data)):

@@ -38,6 +38,7 @@ Bounds = tuple[tuple[int, int], tuple[int, int]]
 # Action strings
 # --------------------------------------------------------------------------------------------------
 
+
 def fmt_bounds(b: Bounds) -> str:
     (x1, y1), (x2, y2) = b
     return f"[{x1},{y1}][{x2},{y2}]"
@@ -108,6 +109,7 @@ def parse_action_string(s: str) -> dict:
 # --------------------------------------------------------------------------------------------------
 # Pages, apps, the transition model
 # --------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class UIElement:
@@ -238,21 +240,42 @@ class Corpus:
 # View hierarchy (xml) and its HTML simplification; element extraction (``actions_generate``)
 # --------------------------------------------------------------------------------------------------
 
+
 def page_xml(elements: list[dict]) -> str:
     """An Android-like view hierarchy for a page's elements (dicts with kind/text/bounds)."""
     root = ET.Element("hierarchy", rotation="0")
-    frame = ET.SubElement(root, "node", {"class": "android.widget.FrameLayout",
-                                         "bounds": f"[0,0][{SCREEN_W},{SCREEN_H}]", "text": "",
-                                         "content-desc": "", "clickable": "false", "scrollable": "false"})
+    frame = ET.SubElement(
+        root,
+        "node",
+        {
+            "class": "android.widget.FrameLayout",
+            "bounds": f"[0,0][{SCREEN_W},{SCREEN_H}]",
+            "text": "",
+            "content-desc": "",
+            "clickable": "false",
+            "scrollable": "false",
+        },
+    )
     for i, e in enumerate(elements):
-        cls = {"click": "android.widget.Button", "input": "android.widget.EditText",
-               "scroll": "androidx.recyclerview.widget.RecyclerView"}[e["kind"]]
-        ET.SubElement(frame, "node", {"index": str(i), "class": cls, "resource-id": f"id/el{i}",
-                                      "text": e["text"] if e["kind"] == "click" else "",
-                                      "content-desc": e["text"] if e["kind"] != "click" else "",
-                                      "clickable": str(e["kind"] != "scroll").lower(),
-                                      "scrollable": str(e["kind"] == "scroll").lower(),
-                                      "bounds": fmt_bounds(e["bounds"])})
+        cls = {
+            "click": "android.widget.Button",
+            "input": "android.widget.EditText",
+            "scroll": "androidx.recyclerview.widget.RecyclerView",
+        }[e["kind"]]
+        ET.SubElement(
+            frame,
+            "node",
+            {
+                "index": str(i),
+                "class": cls,
+                "resource-id": f"id/el{i}",
+                "text": e["text"] if e["kind"] == "click" else "",
+                "content-desc": e["text"] if e["kind"] != "click" else "",
+                "clickable": str(e["kind"] != "scroll").lower(),
+                "scrollable": str(e["kind"] == "scroll").lower(),
+                "bounds": fmt_bounds(e["bounds"]),
+            },
+        )
     return ET.tostring(root, encoding="unicode")
 
 
@@ -264,12 +287,21 @@ def xml_to_html(xml_text: str) -> str:
     lines = []
     for node in ET.fromstring(xml_text).iter("node"):
         cls = node.get("class", "")
-        tag = "input" if "EditText" in cls else "button" if node.get("clickable") == "true" else \
-            "div" if node.get("scrollable") == "true" else "p"
+        tag = (
+            "input"
+            if "EditText" in cls
+            else "button"
+            if node.get("clickable") == "true"
+            else "div"
+            if node.get("scrollable") == "true"
+            else "p"
+        )
         text = node.get("text") or node.get("content-desc") or ""
-        lines.append(f'<{tag} id="{node.get("resource-id", "")}" class="{cls}" description="{text}" '
-                     f'clickable="{node.get("clickable")}" scrollable="{node.get("scrollable")}" '
-                     f'bounds="{node.get("bounds")}">{text}</{tag}>')
+        lines.append(
+            f'<{tag} id="{node.get("resource-id", "")}" class="{cls}" description="{text}" '
+            f'clickable="{node.get("clickable")}" scrollable="{node.get("scrollable")}" '
+            f'bounds="{node.get("bounds")}">{text}</{tag}>'
+        )
     return "\n".join(lines)
 
 
@@ -297,13 +329,15 @@ def actions_generate(xml_text: str) -> list[str]:
 # Writing and loading the on-disk format
 # --------------------------------------------------------------------------------------------------
 
+
 def write_app(app: App, out_dir: Path, write_pages: bool = True) -> Path:
     """Write one app in Mobile3M format (``all_action_id.json`` double-JSON-encoded)."""
     d = Path(out_dir) / app.name
     d.mkdir(parents=True, exist_ok=True)
     (d / "all_action_id.json").write_text(json.dumps(json.dumps(app.action_ids)))
-    (d / "all_page_actions.json").write_text(json.dumps(
-        {"data": [{"name": p, "action_valid": ids} for p, ids in app.page_actions.items()]}))
+    (d / "all_page_actions.json").write_text(
+        json.dumps({"data": [{"name": p, "action_valid": ids} for p, ids in app.page_actions.items()]})
+    )
     page_ids = app.page_ids or {p: i for i, p in enumerate(app.page_actions)}
     (d / "all_page_id.json").write_text(json.dumps(page_ids))
     (d / "all_triple.json").write_text(json.dumps({"data": [list(t) for t in app.triples]}))
@@ -320,6 +354,7 @@ def write_app(app: App, out_dir: Path, write_pages: bool = True) -> Path:
 # The loader treats every file as untrusted: each path is resolved (symlinks, "..") and must stay inside the
 # corpus folder, and every malformed entry is a ValueError naming the file and the entry.
 
+
 def _inside(boundary: Path, path: Path) -> Path:
     """``path`` resolved; ValueError when it leaves ``boundary`` (a symlink or ``..`` pointing elsewhere)."""
     try:
@@ -327,8 +362,10 @@ def _inside(boundary: Path, path: Path) -> Path:
     except (OSError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{path}: cannot resolve path ({type(exc).__name__}: {exc})") from None
     if not real.is_relative_to(boundary):
-        raise ValueError(f"{path}: resolves to {real}, outside the corpus folder {boundary}; refused "
-                         "(symlinks and '..' may not leave the corpus)")
+        raise ValueError(
+            f"{path}: resolves to {real}, outside the corpus folder {boundary}; refused "
+            "(symlinks and '..' may not leave the corpus)"
+        )
     return real
 
 
@@ -386,9 +423,14 @@ def _page_actions(obj, path: Path, known: dict[int, str]) -> dict[str, list[int]
     _expect(isinstance(data, list), path, 'expected {"data": [{"name": ..., "action_valid": [...]}, ...]}')
     out: dict[str, list[int]] = {}
     for j, e in enumerate(data):
-        _expect(isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"]
-                and isinstance(e.get("action_valid"), list), path,
-                f"data[{j}]: expected {{'name': non-empty str, 'action_valid': list}}, got {str(e)[:80]}")
+        _expect(
+            isinstance(e, dict)
+            and isinstance(e.get("name"), str)
+            and e["name"]
+            and isinstance(e.get("action_valid"), list),
+            path,
+            f"data[{j}]: expected {{'name': non-empty str, 'action_valid': list}}, got {str(e)[:80]}",
+        )
         name = e["name"]
         _expect(name not in out, path, f"data[{j}]: duplicate page {name!r}")
         ids = [_as_id(a, path, f"data[{j}] (page {name!r})") for a in e["action_valid"]]
@@ -404,8 +446,11 @@ def _triples(obj, path: Path, known: dict[int, str]) -> list[tuple[str, int, str
     _expect(isinstance(data, list), path, 'expected {"data": [[src_page, action_id, dst_page], ...]}')
     out = []
     for j, t in enumerate(data):
-        _expect(isinstance(t, list) and len(t) == 3 and isinstance(t[0], str) and isinstance(t[2], str)
-                and t[0] and t[2], path, f"data[{j}]: expected [src_page, action_id, dst_page], got {str(t)[:80]}")
+        _expect(
+            isinstance(t, list) and len(t) == 3 and isinstance(t[0], str) and isinstance(t[2], str) and t[0] and t[2],
+            path,
+            f"data[{j}]: expected [src_page, action_id, dst_page], got {str(t)[:80]}",
+        )
         a = _as_id(t[1], path, f"data[{j}]")
         _expect(a in known, path, f"data[{j}]: unknown action id {a} (not in all_action_id.json)")
         out.append((t[0], a, t[2]))
@@ -439,18 +484,27 @@ def load_app(app_dir: str | Path, read_xml: bool = False, corpus_root: str | Pat
             try:
                 parse_action_string(known[a])
             except ValueError:
-                raise ValueError(f"{d / names[0]}: entry {known[a][:80]!r} (id {a}, valid on page {page!r}): "
-                                 "not a click/input/scroll action string") from None
+                raise ValueError(
+                    f"{d / names[0]}: entry {known[a][:80]!r} (id {a}, valid on page {page!r}): "
+                    "not a click/input/scroll action string"
+                ) from None
     opt = {n: d / n for n in ("all_page_id.json", "roles.json")}
-    page_ids = _id_map(_read_json(boundary, opt["all_page_id.json"], twice=True), opt["all_page_id.json"],
-                       "page names") if opt["all_page_id.json"].exists() else {}
-    roles = _roles(_read_json(boundary, opt["roles.json"]), opt["roles.json"], known) \
-        if opt["roles.json"].exists() else {}
+    page_ids = (
+        _id_map(_read_json(boundary, opt["all_page_id.json"], twice=True), opt["all_page_id.json"], "page names")
+        if opt["all_page_id.json"].exists()
+        else {}
+    )
+    roles = (
+        _roles(_read_json(boundary, opt["roles.json"]), opt["roles.json"], known) if opt["roles.json"].exists() else {}
+    )
     for s, _, t in triples:  # pages that appear only in triples still exist (e.g. leaves with no valid action)
         page_actions.setdefault(s, [])
         page_actions.setdefault(t, [])
-    _expect(bool(page_actions), d / names[1], "the app has no pages (empty data in all_page_actions.json and "
-                                              "all_triple.json)")
+    _expect(
+        bool(page_actions),
+        d / names[1],
+        "the app has no pages (empty data in all_page_actions.json and all_triple.json)",
+    )
     xml = {}
     if read_xml:
         for p in page_actions:

@@ -100,6 +100,7 @@ def describe(action: Action, elements: list[UIElement]) -> str:
 # Single-path (teacher-forced)
 # --------------------------------------------------------------------------------------------------
 
+
 def _resolve(page, a: Action) -> int | None:
     if a.kind == "click":
         return page.resolve("click", a.index)
@@ -122,8 +123,15 @@ def single_path_episode(corpus: Corpus, task: Task, agent) -> dict:
     page, history, correct, type_ok = task.root, [], 0, 0
     for i, g in enumerate(gold):
         view = app.page(page)
-        obs = Observation(task.complete_instruct, task.step_instruct[i] if i < len(task.step_instruct) else None,
-                          view.elements, page, app.name, i, list(history))
+        obs = Observation(
+            task.complete_instruct,
+            task.step_instruct[i] if i < len(task.step_instruct) else None,
+            view.elements,
+            page,
+            app.name,
+            i,
+            list(history),
+        )
         a = safe_act(agent, obs)
         aid = _resolve(view, a)
         gk = view.action_for(g)
@@ -139,15 +147,25 @@ def single_path_episode(corpus: Corpus, task: Task, agent) -> dict:
 # Multi-path (offline graph walk)
 # --------------------------------------------------------------------------------------------------
 
+
 def step_reward(page: str, target: str) -> float:
     """Partial credit: #positions where the reached page's path ids equal the target's, over L."""
     g = page_path_ids(target)
     return sum(int(p == t) for p, t in zip(page_path_ids(page), g)) / len(g)
 
 
-def multi_path_episode(corpus: Corpus, task: Task, agent, max_rounds: int = 20, instruction: str = "complete",
-                       step_instructions: bool = True, allow_ask: bool = False, compat: bool = False,
-                       popup_rate: float = 0.0, popup_seed: int = 0) -> dict:
+def multi_path_episode(
+    corpus: Corpus,
+    task: Task,
+    agent,
+    max_rounds: int = 20,
+    instruction: str = "complete",
+    step_instructions: bool = True,
+    allow_ask: bool = False,
+    compat: bool = False,
+    popup_rate: float = 0.0,
+    popup_seed: int = 0,
+) -> dict:
     """Walk the graph from the root: ``page = back(page)`` or ``T.get((page, a), page)``; stop on the
     target or after ``max_rounds``. Metrics: success, step reward, #actions, #errors, gold-path match.
 
@@ -178,13 +196,17 @@ def multi_path_episode(corpus: Corpus, task: Task, agent, max_rounds: int = 20, 
             if rng.random() < popup_rate:
                 overlay, popups = _overlay(corpus, task, rng), popups + 1
         if overlay is not None:
-            obs = Observation(text, None, overlay["elements"], f"{page}#{overlay['kind']}", app.name, rounds,
-                              list(history))
+            obs = Observation(
+                text, None, overlay["elements"], f"{page}#{overlay['kind']}", app.name, rounds, list(history)
+            )
             a = safe_act(agent, obs)
             rounds += 1
             history.append(describe(a, overlay["elements"]))
-            role = overlay["roles"][a.index] if a.kind == "click" and a.index is not None and \
-                0 <= a.index < len(overlay["roles"]) else None
+            role = (
+                overlay["roles"][a.index]
+                if a.kind == "click" and a.index is not None and 0 <= a.index < len(overlay["roles"])
+                else None
+            )
             if a.kind == "back" or role == "dismiss":
                 overlay = None
             elif role == "ad":
@@ -195,8 +217,9 @@ def multi_path_episode(corpus: Corpus, task: Task, agent, max_rounds: int = 20, 
         view = app.page(page)
         depth = page.count("_")
         step = task.step_instruct[depth] if step_instructions and depth < len(task.step_instruct) else None
-        obs = Observation(text, step, view.elements, page, app.name, rounds, list(history),
-                          list(answers) if allow_ask else [])
+        obs = Observation(
+            text, step, view.elements, page, app.name, rounds, list(history), list(answers) if allow_ask else []
+        )
         a = safe_act(agent, obs)
         if a.kind == "ask":
             if allow_ask and asks < len(task.qa) + 2:
@@ -226,8 +249,16 @@ def multi_path_episode(corpus: Corpus, task: Task, agent, max_rounds: int = 20, 
         sr = 1.0 if success else matched / max(1, rounds)
     else:
         sr = step_reward(page, task.name)
-    return {"success": float(success), "step_reward": sr, "n_actions": rounds, "errors": errors, "asks": asks,
-            "gold_match": float(success and actions == gold), "popups": popups, "final_page": page}
+    return {
+        "success": float(success),
+        "step_reward": sr,
+        "n_actions": rounds,
+        "errors": errors,
+        "asks": asks,
+        "gold_match": float(success and actions == gold),
+        "popups": popups,
+        "final_page": page,
+    }
 
 
 def _overlay(corpus: Corpus, task: Task, rng) -> dict:
@@ -235,8 +266,11 @@ def _overlay(corpus: Corpus, task: Task, rng) -> dict:
 
     lure = [w for w in (task.slots.get("item") or task.slots.get("section") or "").split() if len(w) > 2][:1]
     els = popup_screen(rng, lure)
-    return {"kind": "popup", "elements": [UIElement(e["kind"], e["text"], e["bounds"]) for e in els],
-            "roles": [e["role"] for e in els]}
+    return {
+        "kind": "popup",
+        "elements": [UIElement(e["kind"], e["text"], e["bounds"]) for e in els],
+        "roles": [e["role"] for e in els],
+    }
 
 
 def _ad_page(corpus: Corpus) -> dict:
@@ -248,6 +282,7 @@ def _ad_page(corpus: Corpus) -> dict:
 # --------------------------------------------------------------------------------------------------
 # Noisy and AITZ-Noise (teacher-forced on the noisy trajectory, coordinate-based)
 # --------------------------------------------------------------------------------------------------
+
 
 def char_f1(pred: str, gt: str) -> float:
     """Character-level F1 (bag of characters, spaces ignored); 1.0 when GT is "无人应答"."""
@@ -301,8 +336,15 @@ def noisy_episode(episode: dict, agent, compat: bool = False) -> dict:
     history, n, correct, type_ok = [], 0, 0, 0
     for i, scr in enumerate(episode["screens"]):
         gt = scr["action"]
-        obs = Observation(task.complete_instruct, scr.get("step_instruction"), scr["elements"], scr.get("page", ""),
-                          task.app, i, list(history))
+        obs = Observation(
+            task.complete_instruct,
+            scr.get("step_instruction"),
+            scr["elements"],
+            scr.get("page", ""),
+            task.app,
+            i,
+            list(history),
+        )
         a = safe_act(agent, obs)
         history.append(describe(a, scr["elements"]))
         if gt.get("type") == "back":

@@ -47,9 +47,14 @@ NOISE_SWEEP = (0.0, 0.3, 1.0)
 
 
 def _agents(corpus, bc_model, seed):
-    ag = {"oracle": A.OracleAgent(corpus), "oracle_gold": A.OracleAgent(corpus, shortcuts=False),
-          "lexical_shortcut": A.LexicalAgent(True), "lexical": A.LexicalAgent(False),
-          "tiny_bc": A.TinyBCAgent(bc_model), "random": A.RandomAgent(seed)}
+    ag = {
+        "oracle": A.OracleAgent(corpus),
+        "oracle_gold": A.OracleAgent(corpus, shortcuts=False),
+        "lexical_shortcut": A.LexicalAgent(True),
+        "lexical": A.LexicalAgent(False),
+        "tiny_bc": A.TinyBCAgent(bc_model),
+        "random": A.RandomAgent(seed),
+    }
     ag.update({k: A.GoldPrefixAgent(corpus, f) for k, f in ZERO_AGENTS.items()})
     return ag
 
@@ -62,71 +67,114 @@ def run_seed(seed: int, cfg: dict, ctx: RunContext | None = None) -> dict:
         write_corpus(corpus_mem, d, write_pages=False)
         corpus = load_corpus(d)  # everything below runs on the re-loaded corpus
     app_names = [a for a in corpus.apps if "section" in corpus.apps[a].roles.values()]
-    train_apps, test_apps = app_names[:cfg["n_train_apps"]], app_names[cfg["n_train_apps"]:]
+    train_apps, test_apps = app_names[: cfg["n_train_apps"]], app_names[cfg["n_train_apps"] :]
     train = generate_tasks(corpus, cfg["n_train_tasks"], seed * 7919 + 1, apps=train_apps)
     tasks = generate_tasks(corpus, cfg["n_eval_tasks"], seed * 7919 + 2, apps=test_apps)
     bc = A.train_bc(corpus, train, epochs=cfg["bc_epochs"], seed=seed)
-    out: dict = {"n_tasks": len(tasks), "n_train_tasks": len(train),
-                 "pages_per_app": float(np.mean([len(corpus.apps[a].page_actions) for a in app_names]))}
+    out: dict = {
+        "n_tasks": len(tasks),
+        "n_train_tasks": len(train),
+        "pages_per_app": float(np.mean([len(corpus.apps[a].page_actions) for a in app_names])),
+    }
     # ---- multi-path + gold match, single-path ----
     for name, agent in _agents(corpus, bc, seed).items():
         mp = mean_metrics([multi_path_episode(corpus, t, agent) for t in tasks])
         sp = mean_metrics([single_path_episode(corpus, t, agent) for t in tasks])
-        out[name] = {"multi_success": mp["success"], "step_reward": mp["step_reward"],
-                     "gold_match": mp["gold_match"], "n_actions": mp["n_actions"],
-                     "single_success": sp["success"], "single_action_acc": sp["action_acc"],
-                     "single_type_acc": sp["type_acc"]}
+        out[name] = {
+            "multi_success": mp["success"],
+            "step_reward": mp["step_reward"],
+            "gold_match": mp["gold_match"],
+            "n_actions": mp["n_actions"],
+            "single_success": sp["success"],
+            "single_action_acc": sp["action_acc"],
+            "single_type_acc": sp["type_acc"],
+        }
     compat = mean_metrics([multi_path_episode(corpus, t, A.LexicalAgent(True), compat=True) for t in tasks])
     out["lexical_shortcut"]["step_reward_compat"] = compat["step_reward"]
     # ---- noisy (C3), AITZ-Noise analogue, compat scorer ----
     noisy = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE)
     clean = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE, clean=True)
     aitz = build_noisy_split(corpus, tasks, seed * 7919 + 4, P_NOISE, aitz=True)
-    for name, mk in {"lexical_shortcut": lambda: A.LexicalAgent(True),
-                     "noise_aware": lambda: A.NoiseAwareAgent(A.LexicalAgent(True)),
-                     "tiny_bc": lambda: A.TinyBCAgent(bc)}.items():
+    for name, mk in {
+        "lexical_shortcut": lambda: A.LexicalAgent(True),
+        "noise_aware": lambda: A.NoiseAwareAgent(A.LexicalAgent(True)),
+        "tiny_bc": lambda: A.TinyBCAgent(bc),
+    }.items():
         row = {}
         for split, eps in (("clean", clean), ("noisy", noisy), ("aitz", aitz)):
             m = mean_metrics([noisy_episode(e, mk()) for e in eps])
-            row.update({f"{split}_success": m["success"], f"{split}_action_acc": m["action_acc"],
-                        f"{split}_type_acc": m["type_acc"]})
+            row.update(
+                {
+                    f"{split}_success": m["success"],
+                    f"{split}_action_acc": m["action_acc"],
+                    f"{split}_type_acc": m["type_acc"],
+                }
+            )
         m = mean_metrics([noisy_episode(e, mk(), compat=True) for e in noisy])
-        row.update({"noisy_compat_success": m["success"], "noisy_compat_action_acc": m["action_acc"],
-                    "noisy_compat_type_acc": m["type_acc"]})
+        row.update(
+            {
+                "noisy_compat_success": m["success"],
+                "noisy_compat_action_acc": m["action_acc"],
+                "noisy_compat_type_acc": m["type_acc"],
+            }
+        )
         out[f"noise/{name}"] = row
     # ---- pop-ups during the multi-path walk (not a claim) ----
-    for name, mk in (("lexical_shortcut", lambda: A.LexicalAgent(True)),
-                     ("noise_aware", lambda: A.NoiseAwareAgent(A.LexicalAgent(True)))):
-        mp = mean_metrics([multi_path_episode(corpus, t, mk(), popup_rate=P_NOISE, popup_seed=seed * 100_003 + i)
-                           for i, t in enumerate(tasks)])
-        out[f"noise/{name}"].update({"walk_popup_success": mp["success"], "walk_popup_step_reward": mp["step_reward"],
-                                     "walk_popup_n_actions": mp["n_actions"]})
+    for name, mk in (
+        ("lexical_shortcut", lambda: A.LexicalAgent(True)),
+        ("noise_aware", lambda: A.NoiseAwareAgent(A.LexicalAgent(True))),
+    ):
+        mp = mean_metrics(
+            [
+                multi_path_episode(corpus, t, mk(), popup_rate=P_NOISE, popup_seed=seed * 100_003 + i)
+                for i, t in enumerate(tasks)
+            ]
+        )
+        out[f"noise/{name}"].update(
+            {
+                "walk_popup_success": mp["success"],
+                "walk_popup_step_reward": mp["step_reward"],
+                "walk_popup_n_actions": mp["n_actions"],
+            }
+        )
     # ---- noise-rate sweep (not a claim: shows the C3 trend is not one setting's artefact) ----
     sweep = {}
     for p in NOISE_SWEEP:
         eps = build_noisy_split(corpus, tasks, seed * 7919 + 5, p)
         sweep[f"p={p:g}"] = {
             "lexical": mean_metrics([noisy_episode(e, A.LexicalAgent(True)) for e in eps])["success"],
-            "noise_aware": mean_metrics([noisy_episode(e, A.NoiseAwareAgent(A.LexicalAgent(True)))
-                                         for e in eps])["success"]}
+            "noise_aware": mean_metrics([noisy_episode(e, A.NoiseAwareAgent(A.LexicalAgent(True))) for e in eps])[
+                "success"
+            ],
+        }
     out["noise_sweep"] = sweep
     # ---- ambiguous (C4): overall instruction only, multi-path ----
     amb = {}
-    for key, instr, asking in (("complete", "complete", False), ("easy", "easy", False),
-                               ("easy_ask", "easy", True), ("complete_ask", "complete", True)):
+    for key, instr, asking in (
+        ("complete", "complete", False),
+        ("easy", "easy", False),
+        ("easy_ask", "easy", True),
+        ("complete_ask", "complete", True),
+    ):
         agent = A.AskingAgent(A.LexicalAgent(True)) if asking else A.LexicalAgent(True)
-        m = mean_metrics([multi_path_episode(corpus, t, agent, instruction=instr, step_instructions=False,
-                                             allow_ask=asking) for t in tasks])
+        m = mean_metrics(
+            [
+                multi_path_episode(corpus, t, agent, instruction=instr, step_instructions=False, allow_ask=asking)
+                for t in tasks
+            ]
+        )
         amb[f"{key}_success"], amb[f"{key}_step_reward"], amb[f"{key}_asks"] = m["success"], m["step_reward"], m["asks"]
     out["ambiguous"] = amb
     # ---- control: the same generator without shortcuts ----
     gen0 = replace(gen, n_recommended=0, n_search=0, p_popular=0.0, p_similar=0.0)
     c0, _ = generate_corpus(seed, gen0)
-    apps0 = [a for a in c0.apps if "section" in c0.apps[a].roles.values()][cfg["n_train_apps"]:]
+    apps0 = [a for a in c0.apps if "section" in c0.apps[a].roles.values()][cfg["n_train_apps"] :]
     t0 = generate_tasks(c0, cfg["n_eval_tasks"], seed * 7919 + 2, apps=apps0)
     m0 = mean_metrics([multi_path_episode(c0, t, A.LexicalAgent(True)) for t in t0])
-    out["no_shortcut_corpus"] = {"lexical_shortcut_multi_success": m0["success"],
-                                 "lexical_shortcut_gold_match": m0["gold_match"]}
+    out["no_shortcut_corpus"] = {
+        "lexical_shortcut_multi_success": m0["success"],
+        "lexical_shortcut_gold_match": m0["gold_match"],
+    }
     return out
 
 
@@ -147,14 +195,24 @@ def run_paper(ctx: RunContext) -> RunOutput:
     keep = ("base_url", "model", "api_key", "api_key_env", "max_rounds", "seed")
     opts = {k: v for k, v in ctx.options.items() if k in keep}
     try:
-        res = evaluate_directory(corpus_dir, tasks, agent=ctx.option("agent", "lexical_shortcut"),
-                                 workers=int(ctx.option("workers", "1")), options=opts,
-                                 limit=int(ctx.option("limit")) if ctx.option("limit") else None)
+        res = evaluate_directory(
+            corpus_dir,
+            tasks,
+            agent=ctx.option("agent", "lexical_shortcut"),
+            workers=int(ctx.option("workers", "1")),
+            options=opts,
+            limit=int(ctx.option("limit")) if ctx.option("limit") else None,
+        )
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
-    return RunOutput(metrics={"paper": res}, measured={},
-                     notes=["paper scale evaluates one agent on local files; the claims are measured at small "
-                            "scale on synthetic corpora (see README)."])
+    return RunOutput(
+        metrics={"paper": res},
+        measured={},
+        notes=[
+            "paper scale evaluates one agent on local files; the claims are measured at small "
+            "scale on synthetic corpora (see README)."
+        ],
+    )
 
 
 def run(ctx: RunContext) -> RunOutput:
@@ -167,10 +225,12 @@ def run(ctx: RunContext) -> RunOutput:
     agents_all = list(MAIN_AGENTS) + list(ZERO_AGENTS)
     summary = {a: {k: m(a, k) for k in per_seed[0][a]} for a in agents_all}
     # C1
-    c1 = {"lexical_shortcut_multi": 100 * m("lexical_shortcut", "multi_success"),
-          "lexical_shortcut_gold_match": 100 * m("lexical_shortcut", "gold_match"),
-          "oracle_gold_multi": 100 * m("oracle_gold", "multi_success"),
-          "oracle_gold_gold_match": 100 * m("oracle_gold", "gold_match")}
+    c1 = {
+        "lexical_shortcut_multi": 100 * m("lexical_shortcut", "multi_success"),
+        "lexical_shortcut_gold_match": 100 * m("lexical_shortcut", "gold_match"),
+        "oracle_gold_multi": 100 * m("oracle_gold", "multi_success"),
+        "oracle_gold_gold_match": 100 * m("oracle_gold", "gold_match"),
+    }
     c1["shortcut_gap"] = c1["lexical_shortcut_multi"] - c1["lexical_shortcut_gold_match"]
     c1["gold_follower_gap"] = abs(c1["oracle_gold_multi"] - c1["oracle_gold_gold_match"])
     ms = c1["lexical_shortcut_multi"]
@@ -181,20 +241,28 @@ def run(ctx: RunContext) -> RunOutput:
     rho = float(spearmanr(rew, succ).statistic)
     zero_s = [summary[a]["multi_success"] for a in ZERO_AGENTS]
     zero_r = [summary[a]["step_reward"] for a in ZERO_AGENTS]
-    c2 = {"spearman": rho, "zero_success_max": max(zero_s),
-          "zero_agents_min_reward_gap": float(min(np.diff(zero_r))),
-          **{f"step_reward[{a}]": summary[a]["step_reward"] for a in ZERO_AGENTS}}
+    c2 = {
+        "spearman": rho,
+        "zero_success_max": max(zero_s),
+        "zero_agents_min_reward_gap": float(min(np.diff(zero_r))),
+        **{f"step_reward[{a}]": summary[a]["step_reward"] for a in ZERO_AGENTS},
+    }
     # C3
     nz = lambda a, k: 100 * m(f"noise/{a}", k)  # noqa: E731
-    c3 = {"lexical_clean": nz("lexical_shortcut", "clean_success"),
-          "lexical_noisy": nz("lexical_shortcut", "noisy_success"),
-          "noise_aware_noisy": nz("noise_aware", "noisy_success")}
+    c3 = {
+        "lexical_clean": nz("lexical_shortcut", "clean_success"),
+        "lexical_noisy": nz("lexical_shortcut", "noisy_success"),
+        "noise_aware_noisy": nz("noise_aware", "noisy_success"),
+    }
     c3["drop"] = c3["lexical_clean"] - c3["lexical_noisy"]
     c3["recovered"] = c3["noise_aware_noisy"] - c3["lexical_noisy"]
     c3["recovered_fraction"] = c3["recovered"] / c3["drop"] if c3["drop"] > 0 else 0.0
     # C4
-    c4 = {"complete": 100 * m("ambiguous", "complete_success"), "easy": 100 * m("ambiguous", "easy_success"),
-          "easy_ask": 100 * m("ambiguous", "easy_ask_success")}
+    c4 = {
+        "complete": 100 * m("ambiguous", "complete_success"),
+        "easy": 100 * m("ambiguous", "easy_success"),
+        "easy_ask": 100 * m("ambiguous", "easy_ask_success"),
+    }
     c4["drop"] = c4["complete"] - c4["easy"]
     c4["recovered"] = c4["easy_ask"] - c4["easy"]
     c4["recovered_fraction"] = c4["recovered"] / c4["drop"] if c4["drop"] > 0 else 0.0
@@ -202,80 +270,154 @@ def run(ctx: RunContext) -> RunOutput:
     # ---- tables and figures ----
     rows = []
     for a in agents_all:
-        rows.append([a] + [f"{mean_std([r[a][k] for r in per_seed])['mean']:.3f} ± "
-                           f"{mean_std([r[a][k] for r in per_seed])['std']:.3f}"
-                           for k in ("multi_success", "step_reward", "gold_match", "single_success",
-                                     "single_action_acc", "n_actions")])
-    tables = {"Common split (mean ± std over seeds)": markdown_table(
-        ["agent", "multi-path success", "step reward", "gold-path match", "single-path success",
-         "single-path action acc", "#actions (multi)"], rows)}
+        rows.append(
+            [a]
+            + [
+                f"{mean_std([r[a][k] for r in per_seed])['mean']:.3f} ± "
+                f"{mean_std([r[a][k] for r in per_seed])['std']:.3f}"
+                for k in (
+                    "multi_success",
+                    "step_reward",
+                    "gold_match",
+                    "single_success",
+                    "single_action_acc",
+                    "n_actions",
+                )
+            ]
+        )
+    tables = {
+        "Common split (mean ± std over seeds)": markdown_table(
+            [
+                "agent",
+                "multi-path success",
+                "step reward",
+                "gold-path match",
+                "single-path success",
+                "single-path action acc",
+                "#actions (multi)",
+            ],
+            rows,
+        )
+    }
     nrows = []
     for a in ("lexical_shortcut", "noise_aware", "tiny_bc"):
         k = f"noise/{a}"
-        nrows.append([a] + [m(k, c) for c in ("clean_success", "noisy_success", "aitz_success", "noisy_type_acc",
-                                              "noisy_compat_success", "noisy_compat_type_acc")]
-                     + [m(k, "walk_popup_success") if "walk_popup_success" in per_seed[0][k] else "-"])
+        nrows.append(
+            [a]
+            + [
+                m(k, c)
+                for c in (
+                    "clean_success",
+                    "noisy_success",
+                    "aitz_success",
+                    "noisy_type_acc",
+                    "noisy_compat_success",
+                    "noisy_compat_type_acc",
+                )
+            ]
+            + [m(k, "walk_popup_success") if "walk_popup_success" in per_seed[0][k] else "-"]
+        )
     tables["Noisy split (teacher-forced; fixed vs compat scorer)"] = markdown_table(
-        ["agent", "clean success", "noisy success", "AITZ-Noise success", "noisy type acc",
-         "noisy success (compat)", "noisy type acc (compat)", "multi-path walk with pop-ups: success"], nrows)
+        [
+            "agent",
+            "clean success",
+            "noisy success",
+            "AITZ-Noise success",
+            "noisy type acc",
+            "noisy success (compat)",
+            "noisy type acc (compat)",
+            "multi-path walk with pop-ups: success",
+        ],
+        nrows,
+    )
     tables["Noise-rate sweep (success, not a claim)"] = markdown_table(
         ["noise rate", "lexical_shortcut", "noise_aware"],
-        [[k, m("noise_sweep", k, "lexical"), m("noise_sweep", k, "noise_aware")] for k in per_seed[0]["noise_sweep"]])
+        [[k, m("noise_sweep", k, "lexical"), m("noise_sweep", k, "noise_aware")] for k in per_seed[0]["noise_sweep"]],
+    )
     tables["Ambiguous split (lexical shortcut agent, overall instruction only)"] = markdown_table(
         ["setting", "success", "step reward", "asks"],
-        [[k, m("ambiguous", f"{k}_success"), m("ambiguous", f"{k}_step_reward"), m("ambiguous", f"{k}_asks")]
-         for k in ("complete", "easy", "easy_ask", "complete_ask")])
+        [
+            [k, m("ambiguous", f"{k}_success"), m("ambiguous", f"{k}_step_reward"), m("ambiguous", f"{k}_asks")]
+            for k in ("complete", "easy", "easy_ask", "complete_ask")
+        ],
+    )
     tables["Per-seed claim quantities"] = markdown_table(
         ["seed", "C1 shortcut gap", "C3 lexical drop", "C3 aware noisy", "C4 drop", "C4 easy+ask"],
-        [[s, 100 * (r["lexical_shortcut"]["multi_success"] - r["lexical_shortcut"]["gold_match"]),
-          100 * (r["noise/lexical_shortcut"]["clean_success"] - r["noise/lexical_shortcut"]["noisy_success"]),
-          100 * r["noise/noise_aware"]["noisy_success"],
-          100 * (r["ambiguous"]["complete_success"] - r["ambiguous"]["easy_success"]),
-          100 * r["ambiguous"]["easy_ask_success"]] for s, r in zip(ctx.seeds, per_seed)])
-    plot_bars(ctx.figure_path("success_vs_step_reward"),
-              {f"{a} succ": summary[a]["multi_success"] for a in agents_all}
-              | {f"{a} reward": summary[a]["step_reward"] for a in agents_all},
-              "mean over seeds", "multi-path success and step reward per agent")
-    metrics = {"per_seed": dict(zip([str(s) for s in ctx.seeds], per_seed)), "summary": summary,
-               "no_shortcut_control": {k: m("no_shortcut_corpus", k) for k in per_seed[0]["no_shortcut_corpus"]}}
-    notes = [f"pages per app: {m('pages_per_app'):.0f}; held-out eval tasks per seed: {per_seed[0]['n_tasks']}; "
-             f"BC training tasks per seed: {per_seed[0]['n_train_tasks']}",
-             "Control corpus without shortcuts (lexical_shortcut): multi-path success "
-             f"{metrics['no_shortcut_control']['lexical_shortcut_multi_success']:.3f}, gold match "
-             f"{metrics['no_shortcut_control']['lexical_shortcut_gold_match']:.3f}",
-             "Synthetic corpora: the claims validate the evaluation harness/mechanisms, not model rankings."]
+        [
+            [
+                s,
+                100 * (r["lexical_shortcut"]["multi_success"] - r["lexical_shortcut"]["gold_match"]),
+                100 * (r["noise/lexical_shortcut"]["clean_success"] - r["noise/lexical_shortcut"]["noisy_success"]),
+                100 * r["noise/noise_aware"]["noisy_success"],
+                100 * (r["ambiguous"]["complete_success"] - r["ambiguous"]["easy_success"]),
+                100 * r["ambiguous"]["easy_ask_success"],
+            ]
+            for s, r in zip(ctx.seeds, per_seed)
+        ],
+    )
+    plot_bars(
+        ctx.figure_path("success_vs_step_reward"),
+        {f"{a} succ": summary[a]["multi_success"] for a in agents_all}
+        | {f"{a} reward": summary[a]["step_reward"] for a in agents_all},
+        "mean over seeds",
+        "multi-path success and step reward per agent",
+    )
+    metrics = {
+        "per_seed": dict(zip([str(s) for s in ctx.seeds], per_seed)),
+        "summary": summary,
+        "no_shortcut_control": {k: m("no_shortcut_corpus", k) for k in per_seed[0]["no_shortcut_corpus"]},
+    }
+    notes = [
+        f"pages per app: {m('pages_per_app'):.0f}; held-out eval tasks per seed: {per_seed[0]['n_tasks']}; "
+        f"BC training tasks per seed: {per_seed[0]['n_train_tasks']}",
+        "Control corpus without shortcuts (lexical_shortcut): multi-path success "
+        f"{metrics['no_shortcut_control']['lexical_shortcut_multi_success']:.3f}, gold match "
+        f"{metrics['no_shortcut_control']['lexical_shortcut_gold_match']:.3f}",
+        "Synthetic corpora: the claims validate the evaluation harness/mechanisms, not model rankings.",
+    ]
     return RunOutput(metrics=metrics, measured={"C1": c1, "C2": c2, "C3": c3, "C4": c4}, tables=tables, notes=notes)
 
 
 EXPERIMENT = Experiment(
     slug="sman_bench",
     title="SMAN-Bench: A Cross-System Benchmark for Mobile Agents under Single- and Multi-path, Ambiguous, "
-          "and Noisy Tasks",
+    "and Noisy Tasks",
     arxiv="2505.11891",
     claims=(
-        Claim("C1", "multi-path: the shortcut-taking agent's multi-path success >= its gold-path-matched success "
-              "+ 20 points; for an agent that follows the gold path the two agree within 2 points",
-              "qualitative: single-path matching under-credits valid alternative routes",
-              "lexical_shortcut_multi - lexical_shortcut_gold_match >= 20 and |oracle_gold_multi - "
-              "oracle_gold_gold_match| <= 2 (points, seed means)",
-              lambda v: v["shortcut_gap"] >= 20 and v["gold_follower_gap"] <= 2),
-        Claim("C2", "step reward: Spearman correlation of step reward with success across agents >= 0.8, and "
-              "step reward separates agents that all have zero success",
-              "qualitative: step reward gives graded, fine-grained credit",
-              "spearman(step_reward, success over oracle, oracle_gold, lexical_shortcut, lexical, tiny_bc, random) "
-              ">= 0.8 and gold_prefix_{0,1/3,2/3} all have success 0 with step rewards increasing by >= 0.05",
-              lambda v: v["spearman"] >= 0.8 and v["zero_success_max"] == 0
-              and v["zero_agents_min_reward_gap"] >= 0.05),
-        Claim("C3", "noise: pop-ups and ads cut the lexical agent's success by >= 20 points; the noise-aware "
-              "wrapper wins back at least half of the drop",
-              "qualitative: current agents lack noise robustness",
-              "lexical_clean - lexical_noisy >= 20 and noise_aware_noisy - lexical_noisy >= 0.5 * drop",
-              lambda v: v["drop"] >= 20 and v["recovered"] >= 0.5 * v["drop"]),
-        Claim("C4", "ambiguity: easy instructions cut success by >= 15 points against complete ones; asking with "
-              "the preset Q&A wins back at least half",
-              "qualitative: preset Q&A helps on ambiguous tasks",
-              "complete - easy >= 15 and easy_ask - easy >= 0.5 * (complete - easy)",
-              lambda v: v["drop"] >= 15 and v["recovered"] >= 0.5 * v["drop"]),
+        Claim(
+            "C1",
+            "multi-path: the shortcut-taking agent's multi-path success >= its gold-path-matched success "
+            "+ 20 points; for an agent that follows the gold path the two agree within 2 points",
+            "qualitative: single-path matching under-credits valid alternative routes",
+            "lexical_shortcut_multi - lexical_shortcut_gold_match >= 20 and |oracle_gold_multi - "
+            "oracle_gold_gold_match| <= 2 (points, seed means)",
+            lambda v: v["shortcut_gap"] >= 20 and v["gold_follower_gap"] <= 2,
+        ),
+        Claim(
+            "C2",
+            "step reward: Spearman correlation of step reward with success across agents >= 0.8, and "
+            "step reward separates agents that all have zero success",
+            "qualitative: step reward gives graded, fine-grained credit",
+            "spearman(step_reward, success over oracle, oracle_gold, lexical_shortcut, lexical, tiny_bc, random) "
+            ">= 0.8 and gold_prefix_{0,1/3,2/3} all have success 0 with step rewards increasing by >= 0.05",
+            lambda v: v["spearman"] >= 0.8 and v["zero_success_max"] == 0 and v["zero_agents_min_reward_gap"] >= 0.05,
+        ),
+        Claim(
+            "C3",
+            "noise: pop-ups and ads cut the lexical agent's success by >= 20 points; the noise-aware "
+            "wrapper wins back at least half of the drop",
+            "qualitative: current agents lack noise robustness",
+            "lexical_clean - lexical_noisy >= 20 and noise_aware_noisy - lexical_noisy >= 0.5 * drop",
+            lambda v: v["drop"] >= 20 and v["recovered"] >= 0.5 * v["drop"],
+        ),
+        Claim(
+            "C4",
+            "ambiguity: easy instructions cut success by >= 15 points against complete ones; asking with "
+            "the preset Q&A wins back at least half",
+            "qualitative: preset Q&A helps on ambiguous tasks",
+            "complete - easy >= 15 and easy_ask - easy >= 0.5 * (complete - easy)",
+            lambda v: v["drop"] >= 15 and v["recovered"] >= 0.5 * v["drop"],
+        ),
     ),
     run=run,
 )

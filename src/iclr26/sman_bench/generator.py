@@ -26,15 +26,83 @@ from iclr26.sman_bench.corpus import (
     scroll_string,
 )
 
-SECTIONS = ("Electronics", "Clothing", "Books", "Sports", "Garden", "Toys", "Beauty", "Music", "Kitchen", "Travel",
-            "Health", "Office", "Pets", "Games", "Outdoor", "Jewelry", "Movies", "Automotive", "Baby", "Crafts")
-ADJECTIVES = ("Red", "Blue", "Green", "Vintage", "Smart", "Compact", "Deluxe", "Classic", "Wireless", "Organic",
-              "Silver", "Golden", "Portable", "Premium", "Mini", "Urban", "Rustic", "Solar", "Bamboo", "Velvet")
-NOUNS = ("Jacket", "Camera", "Lamp", "Kettle", "Backpack", "Speaker", "Notebook", "Sneakers", "Watch", "Blender",
-         "Guitar", "Helmet", "Tent", "Mug", "Scarf", "Drone", "Pillow", "Puzzle", "Racket", "Candle")
+SECTIONS = (
+    "Electronics",
+    "Clothing",
+    "Books",
+    "Sports",
+    "Garden",
+    "Toys",
+    "Beauty",
+    "Music",
+    "Kitchen",
+    "Travel",
+    "Health",
+    "Office",
+    "Pets",
+    "Games",
+    "Outdoor",
+    "Jewelry",
+    "Movies",
+    "Automotive",
+    "Baby",
+    "Crafts",
+)
+ADJECTIVES = (
+    "Red",
+    "Blue",
+    "Green",
+    "Vintage",
+    "Smart",
+    "Compact",
+    "Deluxe",
+    "Classic",
+    "Wireless",
+    "Organic",
+    "Silver",
+    "Golden",
+    "Portable",
+    "Premium",
+    "Mini",
+    "Urban",
+    "Rustic",
+    "Solar",
+    "Bamboo",
+    "Velvet",
+)
+NOUNS = (
+    "Jacket",
+    "Camera",
+    "Lamp",
+    "Kettle",
+    "Backpack",
+    "Speaker",
+    "Notebook",
+    "Sneakers",
+    "Watch",
+    "Blender",
+    "Guitar",
+    "Helmet",
+    "Tent",
+    "Mug",
+    "Scarf",
+    "Drone",
+    "Pillow",
+    "Puzzle",
+    "Racket",
+    "Candle",
+)
 OPTIONS = ("Reviews", "Specifications", "Questions", "Delivery", "Sellers", "Photos", "Warranty", "Price history")
-DETAILS = ("Newest first", "Highest rated", "With photos", "Write a review", "Compare", "Save for later",
-           "Report issue", "Contact seller")
+DETAILS = (
+    "Newest first",
+    "Highest rated",
+    "With photos",
+    "Write a review",
+    "Compare",
+    "Save for later",
+    "Report issue",
+    "Contact seller",
+)
 AD_WORDS = ("Mega sale", "Flash deal", "Win a prize", "Limited offer", "Free gift")
 
 
@@ -78,8 +146,9 @@ class GeneratorConfig:
                 raise ValueError(f"GeneratorConfig.{name} must be in [0, 1]")
 
 
-SMOKE_CONFIG = GeneratorConfig(n_apps=2, n_sections=2, n_items=3, n_more=1, n_options=2, n_details=1,
-                               n_recommended=2, n_search=2)
+SMOKE_CONFIG = GeneratorConfig(
+    n_apps=2, n_sections=2, n_items=3, n_more=1, n_options=2, n_details=1, n_recommended=2, n_search=2
+)
 
 
 def _row(i: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -128,8 +197,15 @@ class _Builder:
 
     def app(self) -> App:
         xml = {p: page_xml(els) for p, els in self.elements.items()}
-        return App(self.name, self.action_ids, self.page_actions, self.triples,
-                   {p: i for i, p in enumerate(self.page_actions)}, xml, self.roles)
+        return App(
+            self.name,
+            self.action_ids,
+            self.page_actions,
+            self.triples,
+            {p: i for i, p in enumerate(self.page_actions)},
+            xml,
+            self.roles,
+        )
 
 
 def generate_app(name: str, cfg: GeneratorConfig, rng: np.random.Generator) -> tuple[App, dict]:
@@ -145,47 +221,66 @@ def generate_app(name: str, cfg: GeneratorConfig, rng: np.random.Generator) -> t
     home = {"kind": "click", "text": "Home", "bounds": HOME_BOUNDS}
 
     def build_item(src: str, item: str, row: int):
-        a = b.add_edge(src, click_string(item, _row(row)), "item", {"kind": "click", "text": item,
-                                                                     "bounds": _row(row)}, None)
+        a = b.add_edge(
+            src, click_string(item, _row(row)), "item", {"kind": "click", "text": item, "bounds": _row(row)}, None
+        )
         ip = f"{src}_{a}"
         item_page[item] = ip
         for oi, o in enumerate(rng.choice(len(OPTIONS), cfg.n_options, replace=False)):
             opt = OPTIONS[o]
-            oa = b.add_edge(ip, click_string(opt, _row(oi)), "option", {"kind": "click", "text": opt,
-                                                                         "bounds": _row(oi)}, None)
+            oa = b.add_edge(
+                ip, click_string(opt, _row(oi)), "option", {"kind": "click", "text": opt, "bounds": _row(oi)}, None
+            )
             op = f"{ip}_{oa}"
             for di, d in enumerate(rng.choice(len(DETAILS), cfg.n_details, replace=False)):
                 det = DETAILS[d]
-                b.add_edge(op, click_string(det, _row(di)), "detail", {"kind": "click", "text": det,
-                                                                        "bounds": _row(di)}, None)
+                b.add_edge(
+                    op, click_string(det, _row(di)), "detail", {"kind": "click", "text": det, "bounds": _row(di)}, None
+                )
 
     for si, sec in enumerate(sections):
-        sa = b.add_edge(root, click_string(sec, _row(si)), "section", {"kind": "click", "text": sec,
-                                                                        "bounds": _row(si)}, None)
+        sa = b.add_edge(
+            root, click_string(sec, _row(si)), "section", {"kind": "click", "text": sec, "bounds": _row(si)}, None
+        )
         sp = f"{root}_{sa}"
-        sec_items = items[si * n_per:(si + 1) * n_per]
-        for ii, it in enumerate(sec_items[:cfg.n_items]):
+        sec_items = items[si * n_per : (si + 1) * n_per]
+        for ii, it in enumerate(sec_items[: cfg.n_items]):
             build_item(sp, it, ii)
         list_bounds = (_row(0)[0], _row(cfg.n_items - 1)[1])
         if cfg.n_more > 0:
             region = {"kind": "scroll", "text": "scrollable list", "bounds": list_bounds}
             ma = b.add_edge(sp, scroll_string(list_bounds, "up"), "more", region, None)
             mp = f"{sp}_{ma}"
-            for ii, it in enumerate(sec_items[cfg.n_items:]):
+            for ii, it in enumerate(sec_items[cfg.n_items :]):
                 build_item(mp, it, ii)
         for _qi in range(cfg.n_queries):
             q = sec_items[int(rng.integers(len(sec_items)))].split()[0].lower()
-            b.add_edge(sp, input_string("Filter", q), "query", {"kind": "input", "text": "Filter",
-                                                                "bounds": ((40, 2100), (SCREEN_W - 40, 2220))}, None)
+            b.add_edge(
+                sp,
+                input_string("Filter", q),
+                "query",
+                {"kind": "input", "text": "Filter", "bounds": ((40, 2100), (SCREEN_W - 40, 2220))},
+                None,
+            )
     # ---- shortcuts (edges to pages that already exist) ----
     all_items = list(item_page)
     for k, it in enumerate(rng.choice(all_items, min(cfg.n_recommended, len(all_items)), replace=False)):
         bnd = _row(cfg.n_sections + k)
-        b.add_edge(root, click_string(f"Recommended: {it}", bnd), "shortcut",
-                   {"kind": "click", "text": f"Recommended: {it}", "bounds": bnd}, item_page[it])
+        b.add_edge(
+            root,
+            click_string(f"Recommended: {it}", bnd),
+            "shortcut",
+            {"kind": "click", "text": f"Recommended: {it}", "bounds": bnd},
+            item_page[it],
+        )
     for it in rng.choice(all_items, min(cfg.n_search, len(all_items)), replace=False):
-        b.add_edge(root, input_string("Search", it.lower()), "shortcut",
-                   {"kind": "input", "text": "Search", "bounds": SEARCH_BOUNDS}, item_page[it])
+        b.add_edge(
+            root,
+            input_string("Search", it.lower()),
+            "shortcut",
+            {"kind": "input", "text": "Search", "bounds": SEARCH_BOUNDS},
+            item_page[it],
+        )
     for page in list(b.page_actions):
         if page == root:
             continue
@@ -194,14 +289,24 @@ def generate_app(name: str, cfg: GeneratorConfig, rng: np.random.Generator) -> t
         if depth == 1 and rng.random() < cfg.p_popular:
             it = all_items[int(rng.integers(len(all_items)))]
             bnd = _row(cfg.n_items + 1)
-            b.add_edge(page, click_string(f"Popular: {it}", bnd), "shortcut",
-                       {"kind": "click", "text": f"Popular: {it}", "bounds": bnd}, item_page[it])
+            b.add_edge(
+                page,
+                click_string(f"Popular: {it}", bnd),
+                "shortcut",
+                {"kind": "click", "text": f"Popular: {it}", "bounds": bnd},
+                item_page[it],
+            )
         if "option" in roles and rng.random() < cfg.p_similar:
             it = all_items[int(rng.integers(len(all_items)))]
             if item_page[it] != page:
                 bnd = _row(cfg.n_options + 1)
-                b.add_edge(page, click_string(f"Similar: {it}", bnd), "shortcut",
-                           {"kind": "click", "text": f"Similar: {it}", "bounds": bnd}, item_page[it])
+                b.add_edge(
+                    page,
+                    click_string(f"Similar: {it}", bnd),
+                    "shortcut",
+                    {"kind": "click", "text": f"Similar: {it}", "bounds": bnd},
+                    item_page[it],
+                )
         b.add_edge(page, click_string("Home", HOME_BOUNDS), "home", home, root)
     return b.app(), {"items": item_page, "sections": sections}
 
@@ -210,10 +315,20 @@ def generate_ad_app(name: str = "adapp") -> App:
     """The ad subgraph an "Open ad" click leads into: landing -> offer -> sign-up (a trap, no way back)."""
     b = _Builder(name)
     b.add_page(name)
-    a = b.add_edge(name, click_string("View offer", _row(0)), "ad", {"kind": "click", "text": "View offer",
-                                                                     "bounds": _row(0)}, None)
-    b.add_edge(f"{name}_{a}", click_string("Sign up now", _row(0)), "ad",
-               {"kind": "click", "text": "Sign up now", "bounds": _row(0)}, None)
+    a = b.add_edge(
+        name,
+        click_string("View offer", _row(0)),
+        "ad",
+        {"kind": "click", "text": "View offer", "bounds": _row(0)},
+        None,
+    )
+    b.add_edge(
+        f"{name}_{a}",
+        click_string("Sign up now", _row(0)),
+        "ad",
+        {"kind": "click", "text": "Sign up now", "bounds": _row(0)},
+        None,
+    )
     return b.app()
 
 
@@ -233,8 +348,16 @@ def popup_screen(rng: np.random.Generator, lure_words: list[str]) -> list[dict]:
     """A pop-up/ad overlay: ``Open ad: ...`` (a targeted ad that reuses words of the task, as real
     ads do) and a dismiss button (``Close`` or ``×``). Returns element dicts in random order."""
     lure = " ".join(lure_words) if lure_words else AD_WORDS[int(rng.integers(len(AD_WORDS)))]
-    ad = {"kind": "click", "text": f"Open ad: {AD_WORDS[int(rng.integers(len(AD_WORDS)))]} on {lure}",
-          "bounds": ((140, 900), (940, 1500)), "role": "ad"}
-    close = {"kind": "click", "text": ["Close", "×"][int(rng.integers(2))],
-             "bounds": ((880, 760), (980, 860)), "role": "dismiss"}
+    ad = {
+        "kind": "click",
+        "text": f"Open ad: {AD_WORDS[int(rng.integers(len(AD_WORDS)))]} on {lure}",
+        "bounds": ((140, 900), (940, 1500)),
+        "role": "ad",
+    }
+    close = {
+        "kind": "click",
+        "text": ["Close", "×"][int(rng.integers(2))],
+        "bounds": ((880, 760), (980, 860)),
+        "role": "dismiss",
+    }
     return [ad, close] if rng.random() < 0.5 else [close, ad]

@@ -25,12 +25,15 @@ TEMPLATES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("section", "item"): ("Open {section} and view {item}.", "Find {item} in the {section} section."),
     ("section", "more", "item"): ("Browse {section}, scroll for more and open {item}.",),
     ("section", "query"): ("In {section}, filter the list by {query}.", "Search {section} for {query}."),
-    ("section", "item", "option"): ("In {section}, open {item} and check its {option}.",
-                                    "Show the {option} of {item} from {section}."),
+    ("section", "item", "option"): (
+        "In {section}, open {item} and check its {option}.",
+        "Show the {option} of {item} from {section}.",
+    ),
     ("section", "more", "item", "option"): ("Browse {section}, scroll to {item} and open its {option}.",),
     ("section", "item", "option", "detail"): ("Go to {section}, find {item}, open {option} and choose {detail}.",),
     ("section", "more", "item", "option", "detail"): (
-        "In {section}, scroll to {item}, open {option} and pick {detail}.",),
+        "In {section}, scroll to {item}, open {option} and pick {detail}.",
+    ),
 }
 """Task templates with typed slots, keyed by the slot (role) sequence they align with."""
 
@@ -44,13 +47,22 @@ STEP_TEMPLATES = {
 }
 """One step instruction per transition, by the role of its action."""
 
-VAGUE = {"section": "a section", "item": "a product", "query": "something", "option": "one of its tabs",
-         "detail": "an option"}
+VAGUE = {
+    "section": "a section",
+    "item": "a product",
+    "query": "something",
+    "option": "one of its tabs",
+    "detail": "an option",
+}
 """Vague phrases that replace dropped slot values in ``easy_instruct``."""
 
-QUESTIONS = {"section": "Which section should I open?", "item": "Which product do you mean?",
-             "query": "What should I filter by?", "option": "Which tab should I open?",
-             "detail": "Which option should I choose?"}
+QUESTIONS = {
+    "section": "Which section should I open?",
+    "item": "Which product do you mean?",
+    "query": "What should I filter by?",
+    "option": "Which tab should I open?",
+    "detail": "Which option should I choose?",
+}
 
 DROPPABLE = ("item", "option", "detail", "query")
 """Slots an ambiguous variant may drop (the section is always kept)."""
@@ -121,8 +133,9 @@ def make_task(app: App, target: str, rng: np.random.Generator, n_drop: int = 1) 
     return Task(app.name, target, task_text, steps, complete, easy, qa, values, tpl, roles)
 
 
-def generate_tasks(corpus: Corpus, n_tasks: int, seed: int, apps: list[str] | None = None,
-                   n_drop: int = 1, min_len: int = 2) -> list[Task]:
+def generate_tasks(
+    corpus: Corpus, n_tasks: int, seed: int, apps: list[str] | None = None, n_drop: int = 1, min_len: int = 2
+) -> list[Task]:
     """Sample ``n_tasks`` distinct target pages uniformly over template-matching trajectories."""
     rng = np.random.default_rng(seed)
     names = apps if apps is not None else [a for a in corpus.apps if "section" in corpus.apps[a].roles.values()]

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from iclr26.core.http import ChatClient, ChatResult
 from iclr26.sman_bench.evaluate import Action, Observation
 
-SYSTEM = ("You are an agent operating a smartphone app. You see the task and the list of UI elements. "
-          "Functions: click(tag), input(tag, \"text\"), scroll(tag, \"up|down|left|right\"), back()"
-          ", ask(\"slot\") to ask the user for a missing detail. Answer in four lines:\n"
-          "Observation: ...\nThought: ...\nAction: <one function call>\nSummary: ...")
+SYSTEM = (
+    "You are an agent operating a smartphone app. You see the task and the list of UI elements. "
+    'Functions: click(tag), input(tag, "text"), scroll(tag, "up|down|left|right"), back()'
+    ', ask("slot") to ask the user for a missing detail. Answer in four lines:\n'
+    "Observation: ...\nThought: ...\nAction: <one function call>\nSummary: ..."
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def tag_elements(obs: Observation) -> tuple[list[str], dict[str, int]]:
         counts[e.kind] = counts.get(e.kind, 0) + 1
         tag = {"click": "c", "input": "i", "scroll": "s"}.get(e.kind, "e") + str(counts[e.kind])
         tags[tag] = i
-        lines.append(f"{tag}: {e.kind} \"{e.text}\"")
+        lines.append(f'{tag}: {e.kind} "{e.text}"')
     return lines, tags
 
 
@@ -94,16 +96,22 @@ def parse_action(text, obs: Observation) -> Action:
         return Action("back")
     strs = re.findall(r"[\"']([^\"']*)[\"']", args)
     if fn == "ask":
-        return Action("ask", text=strs[0] if strs else args.strip()) if (strs or args.strip()) else \
-            Action("invalid", text="empty ask")
+        return (
+            Action("ask", text=strs[0] if strs else args.strip())
+            if (strs or args.strip())
+            else Action("invalid", text="empty ask")
+        )
     tag = args.split(",")[0].strip().strip("\"'").lower()
     if tag not in tags:
         return Action("invalid", text=f"unknown tag {tag!r}")
     if fn == "click":
         return Action("click", tags[tag])
     if fn == "input":
-        return Action("input", tags[tag], text=strs[-1]) if len(args.split(",")) > 1 and strs else \
-            Action("invalid", text="input without text")
+        return (
+            Action("input", tags[tag], text=strs[-1])
+            if len(args.split(",")) > 1 and strs
+            else Action("invalid", text="input without text")
+        )
     direction = (strs[-1] if strs else "").lower()
     if direction not in ("up", "down", "left", "right"):
         return Action("invalid", text="bad scroll direction")

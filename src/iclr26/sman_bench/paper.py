@@ -32,8 +32,15 @@ def task_from_record(rec: dict, corpus: Corpus) -> Task:
     steps = [re.sub(r"^\d+[.)]\s*", "", ln) for ln in lines[:-1]]
     overall = lines[-1] if lines else ""
     app = rec.get("app") or corpus.app_of(rec["name"]).name
-    return Task(app, rec["name"], rec.get("task", ""), rec.get("step_instruct", steps),
-                rec.get("complete_instruct", overall), rec.get("easy_instruct", overall), rec.get("qa", []))
+    return Task(
+        app,
+        rec["name"],
+        rec.get("task", ""),
+        rec.get("step_instruct", steps),
+        rec.get("complete_instruct", overall),
+        rec.get("easy_instruct", overall),
+        rec.get("qa", []),
+    )
 
 
 def load_tasks(path: str | Path, corpus: Corpus) -> list[Task]:
@@ -90,12 +97,20 @@ def _run_one(rec: dict) -> dict:
     max_rounds = int(_W["options"].get("max_rounds", 20))
     mp = multi_path_episode(corpus, task, agent, max_rounds=max_rounds)
     sp = single_path_episode(corpus, task, make_agent(_W["agent"], corpus, _W["options"]))
-    return {**{f"multi_{k}": v for k, v in mp.items() if k != "final_page"},
-            **{f"single_{k}": v for k, v in sp.items()}}
+    return {
+        **{f"multi_{k}": v for k, v in mp.items() if k != "final_page"},
+        **{f"single_{k}": v for k, v in sp.items()},
+    }
 
 
-def evaluate_directory(corpus_dir: str | Path, tasks_file: str | Path, agent: str = "lexical_shortcut",
-                       workers: int = 1, options: dict | None = None, limit: int | None = None) -> dict:
+def evaluate_directory(
+    corpus_dir: str | Path,
+    tasks_file: str | Path,
+    agent: str = "lexical_shortcut",
+    workers: int = 1,
+    options: dict | None = None,
+    limit: int | None = None,
+) -> dict:
     """Single- and multi-path metrics of ``agent`` on a local corpus + task file (``workers`` processes)."""
     options = dict(options or {})
     corpus = load_corpus(corpus_dir)

@@ -29,16 +29,28 @@ def gt_action(app, page: str, aid: int, rng: np.random.Generator) -> dict:
     el = view.elements[idx]
     if kind == "click":
         (x1, y1), (x2, y2) = el.bounds
-        return {"type": "click", "point": [int(rng.integers(x1 + (x2 - x1) // 4, x2 - (x2 - x1) // 4 + 1)),
-                                           int(rng.integers(y1 + (y2 - y1) // 4, y2 - (y2 - y1) // 4 + 1))]}
+        return {
+            "type": "click",
+            "point": [
+                int(rng.integers(x1 + (x2 - x1) // 4, x2 - (x2 - x1) // 4 + 1)),
+                int(rng.integers(y1 + (y2 - y1) // 4, y2 - (y2 - y1) // 4 + 1)),
+            ],
+        }
     if kind == "scroll":
         s, e = scroll_endpoints(el.bounds, arg)
         return {"type": "scroll", "start": list(s), "end": list(e)}
     return {"type": "type", "text": arg}
 
 
-def noisy_episode_from_task(corpus: Corpus, task: Task, rng: np.random.Generator, p_noise: float = 0.6,
-                            max_popups: int = 2, aitz: bool = False, clean: bool = False) -> dict:
+def noisy_episode_from_task(
+    corpus: Corpus,
+    task: Task,
+    rng: np.random.Generator,
+    p_noise: float = 0.6,
+    max_popups: int = 2,
+    aitz: bool = False,
+    clean: bool = False,
+) -> dict:
     """Screens of the gold trajectory with up to ``max_popups`` overlays (each task is noisy with
     probability ``p_noise``). Returns ``{"task", "screens", "n_noise"}``; ``clean=True`` draws the same
     random numbers but inserts nothing (the clean control of the same episode)."""
@@ -59,16 +71,25 @@ def noisy_episode_from_task(corpus: Corpus, task: Task, rng: np.random.Generator
                 dismiss = next(e for e in els if e["role"] == "dismiss")
                 (x1, y1), (x2, y2) = dismiss["bounds"]
                 gt = {"type": "back"} if back else {"type": "click", "point": [(x1 + x2) // 2, (y1 + y2) // 2]}
-                screens.append({"page": f"{page}#popup", "elements": ui, "action": gt, "step_instruction": step,
-                                "noise": True})
-        screens.append({"page": page, "elements": app.page(page).elements, "action": gt_action(app, page, g, rng),
-                        "step_instruction": step, "noise": False})
+                screens.append(
+                    {"page": f"{page}#popup", "elements": ui, "action": gt, "step_instruction": step, "noise": True}
+                )
+        screens.append(
+            {
+                "page": page,
+                "elements": app.page(page).elements,
+                "action": gt_action(app, page, g, rng),
+                "step_instruction": step,
+                "noise": False,
+            }
+        )
         page = f"{page}_{g}"
     return {"task": task, "screens": screens, "n_noise": sum(s["noise"] for s in screens)}
 
 
-def build_noisy_split(corpus: Corpus, tasks: list[Task], seed: int, p_noise: float = 0.6, aitz: bool = False,
-                      clean: bool = False) -> list[dict]:
+def build_noisy_split(
+    corpus: Corpus, tasks: list[Task], seed: int, p_noise: float = 0.6, aitz: bool = False, clean: bool = False
+) -> list[dict]:
     """One noisy episode per task, deterministic from ``seed`` (``clean`` gives the matched control)."""
     if not 0 <= p_noise <= 1:
         raise ValueError(f"p_noise must be in [0, 1], got {p_noise}")

@@ -31,8 +31,14 @@ SWATCH_Y = 42
 QUESTION_TYPES = ("VAL", "CMP", "CNT", "MAX")
 TOOL_HELPS = {"VAL": True, "CMP": True, "CNT": False, "MAX": False}
 COLORS = {  # name -> RGB; none is the pure red the draw / highlight tools use
-    "green": (0, 160, 0), "blue": (0, 0, 230), "yellow": (230, 200, 0), "purple": (130, 0, 160),
-    "orange": (255, 130, 0), "cyan": (0, 200, 220), "pink": (250, 120, 190), "brown": (120, 70, 20),
+    "green": (0, 160, 0),
+    "blue": (0, 0, 230),
+    "yellow": (230, 200, 0),
+    "purple": (130, 0, 160),
+    "orange": (255, 130, 0),
+    "cyan": (0, 200, 220),
+    "pink": (250, 120, 190),
+    "brown": (120, 70, 20),
 }
 BAR_RGB = (110, 110, 110)
 AXIS_RGB = (0, 0, 0)
@@ -63,14 +69,17 @@ class ChartSample:
 
 
 def question_text(qtype: str, args: tuple) -> str:
-    return {"VAL": lambda: f"What is the value of {args[0]}?",
-            "CMP": lambda: f"Is {args[0]} taller than {args[1]}?",
-            "CNT": lambda: "How many bars are there?",
-            "MAX": lambda: "What is the largest value?"}[qtype]()
+    return {
+        "VAL": lambda: f"What is the value of {args[0]}?",
+        "CMP": lambda: f"Is {args[0]} taller than {args[1]}?",
+        "CNT": lambda: "How many bars are there?",
+        "MAX": lambda: "What is the largest value?",
+    }[qtype]()
 
 
-def render(slots: list[int], labels: list[str], heights: list[int], noise: float = 0.0,
-           rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
+def render(
+    slots: list[int], labels: list[str], heights: list[int], noise: float = 0.0, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, dict]:
     """Draw the chart with PIL; returns (uint8 image, bboxes)."""
     img = Image.new("RGB", (SIZE, SIZE), (255, 255, 255))
     d = ImageDraw.Draw(img)
@@ -87,8 +96,9 @@ def render(slots: list[int], labels: list[str], heights: list[int], noise: float
     return arr, bboxes
 
 
-def make_chart(rng: np.random.Generator, qtype: str | None = None, noise: float = 0.0,
-               k_range: tuple[int, int] = (5, 8)) -> ChartSample:
+def make_chart(
+    rng: np.random.Generator, qtype: str | None = None, noise: float = 0.0, k_range: tuple[int, int] = (5, 8)
+) -> ChartSample:
     """One random chart and question (``qtype`` None = uniform over the four types)."""
     qtype = qtype or QUESTION_TYPES[int(rng.integers(len(QUESTION_TYPES)))]
     if qtype not in QUESTION_TYPES:

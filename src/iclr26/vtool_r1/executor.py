@@ -70,8 +70,13 @@ def whitelist_form(code: str) -> list[tuple] | None:
     for st in tree.body:
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             call = st.value
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in TOOL_NAMES
-                    and len(call.args) == 3 and not call.keywords):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in TOOL_NAMES
+                and len(call.args) == 3
+                and not call.keywords
+            ):
                 return None
             src, keys, bb = call.args
             if not (isinstance(src, ast.Name) and src.id in known):
@@ -79,7 +84,8 @@ def whitelist_form(code: str) -> list[tuple] | None:
             if isinstance(keys, ast.Constant) and isinstance(keys.value, str):
                 key_list = [keys.value]
             elif isinstance(keys, ast.List | ast.Tuple) and all(
-                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in keys.elts):
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in keys.elts
+            ):
                 key_list = [e.value for e in keys.elts]
             else:
                 return None
@@ -90,9 +96,16 @@ def whitelist_form(code: str) -> list[tuple] | None:
                 return None
             ops.append(("call", target, call.func.id, src.id, key_list, bb.id))
             known.add(target)
-        elif (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Name)
-              and st.value.func.id == "display" and len(st.value.args) == 1 and not st.value.keywords
-              and isinstance(st.value.args[0], ast.Name) and st.value.args[0].id in known):
+        elif (
+            isinstance(st, ast.Expr)
+            and isinstance(st.value, ast.Call)
+            and isinstance(st.value.func, ast.Name)
+            and st.value.func.id == "display"
+            and len(st.value.args) == 1
+            and not st.value.keywords
+            and isinstance(st.value.args[0], ast.Name)
+            and st.value.args[0].id in known
+        ):
             ops.append(("display", st.value.args[0].id))
             shown = True
         else:

@@ -41,10 +41,22 @@ class ScaleConfig:
 
 
 SCALES = {
-    "smoke": ScaleConfig(n_train=400, n_test=80, n_curve=40, sft=SFTConfig(pure_steps=60, tool_steps=20),
-                         rl=VToolConfig(n_prompts=4, group_size=4, steps=3), eval_every=3),
-    "small": ScaleConfig(n_train=4000, n_test=600, n_curve=200, sft=SFTConfig(pure_steps=400, tool_steps=800),
-                         rl=VToolConfig(n_prompts=16, group_size=8, steps=100), eval_every=25),
+    "smoke": ScaleConfig(
+        n_train=400,
+        n_test=80,
+        n_curve=40,
+        sft=SFTConfig(pure_steps=60, tool_steps=20),
+        rl=VToolConfig(n_prompts=4, group_size=4, steps=3),
+        eval_every=3,
+    ),
+    "small": ScaleConfig(
+        n_train=4000,
+        n_test=600,
+        n_curve=200,
+        sft=SFTConfig(pure_steps=400, tool_steps=800),
+        rl=VToolConfig(n_prompts=16, group_size=8, steps=100),
+        eval_every=25,
+    ),
 }
 
 
@@ -73,31 +85,53 @@ def run_seed(args: tuple) -> dict:
     # arm 1: text-only GRPO (PURE-mode rollouts), same budget
     torch.manual_seed(seed + 1)
     text_cfg = replace(sc.rl, use_tools=False)
-    hist_text = train_grpo(model, train, text_cfg, seed, executor,
-                           eval_fn=lambda m: evaluate(m, curve_set, "pure")["acc"], eval_every=sc.eval_every)
+    hist_text = train_grpo(
+        model,
+        train,
+        text_cfg,
+        seed,
+        executor,
+        eval_fn=lambda m: evaluate(m, curve_set, "pure")["acc"],
+        eval_every=sc.eval_every,
+    )
     out["text_grpo"] = evaluate(model, test, "pure")
 
     # arm 2: VTool-R1 from the same SFT weights
     model.load_state_dict(sft_state)
     torch.manual_seed(seed + 1)
-    hist_tool = train_grpo(model, train, sc.rl, seed, executor,
-                           eval_fn=lambda m: evaluate(m, curve_set, "tools", executor, sc.rl.version),
-                           eval_every=sc.eval_every)
+    hist_tool = train_grpo(
+        model,
+        train,
+        sc.rl,
+        seed,
+        executor,
+        eval_fn=lambda m: evaluate(m, curve_set, "tools", executor, sc.rl.version),
+        eval_every=sc.eval_every,
+    )
     out["vtool"] = evaluate(model, test, "tools", executor, sc.rl.version)
     out["curve_text"] = {"step": hist_text["eval_step"], "acc": hist_text["eval"]}
-    out["curve_tool"] = {"step": hist_tool["eval_step"], "acc": [e["acc"] for e in hist_tool["eval"]],
-                         "tool_rate": [e["tool_rate"] for e in hist_tool["eval"]],
-                         **{f"tool_rate_{t}": [e[f"tool_rate_{t}"] for e in hist_tool["eval"]]
-                            for t in QUESTION_TYPES}}
+    out["curve_tool"] = {
+        "step": hist_tool["eval_step"],
+        "acc": [e["acc"] for e in hist_tool["eval"]],
+        "tool_rate": [e["tool_rate"] for e in hist_tool["eval"]],
+        **{f"tool_rate_{t}": [e[f"tool_rate_{t}"] for e in hist_tool["eval"]] for t in QUESTION_TYPES},
+    }
     out["train_reward_tool"] = hist_tool["reward"]
     out["train_reward_text"] = hist_text["reward"]
     out["executor_stats"] = dict(executor.stats)
     # one example rollout of the final VTool model (a VAL question), for the figure
     ex_sample = next(s for s in test if s.qtype == "VAL")
     ro = rollout_tools(model, [ex_sample], torch.zeros(1, dtype=torch.long), executor, 0.0, 0.0, sc.rl.version)
-    out["example"] = {"image": ex_sample.image, "edited": ro.img2[0], "question": ex_sample.question,
-                      "answer": ex_sample.answer, "y1": ro.texts[0][0], "y2": ro.texts[0][1],
-                      "reward": float(ro.rewards[0]), "n_images": int(ro.n_images[0])}
+    out["example"] = {
+        "image": ex_sample.image,
+        "edited": ro.img2[0],
+        "question": ex_sample.question,
+        "answer": ex_sample.answer,
+        "y1": ro.texts[0][0],
+        "y2": ro.texts[0][1],
+        "reward": float(ro.rewards[0]),
+        "n_images": int(ro.n_images[0]),
+    }
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -113,8 +147,10 @@ def _example_figure(path, ex: dict) -> None:
     for a in axes[:2]:
         a.axis("off")
     axes[2].axis("off")
-    text = (f"Q: {ex['question']}  (truth: {ex['answer']})\n\nround 1 (y'):\n{ex['y1']}\n\n"
-            f"round 2 (y):\n{ex['y2'] or '-'}\n\nreward: {ex['reward']:.0f}")
+    text = (
+        f"Q: {ex['question']}  (truth: {ex['answer']})\n\nround 1 (y'):\n{ex['y1']}\n\n"
+        f"round 2 (y):\n{ex['y2'] or '-'}\n\nreward: {ex['reward']:.0f}"
+    )
     axes[2].text(0, 1, text, va="top", family="monospace", fontsize=6.5, wrap=True)
     save_fig(fig, path)
 
@@ -127,8 +163,13 @@ def _run_tiny(ctx: RunContext) -> RunOutput:
         version = ctx.options["version"]
         if version not in ("v1", "v2"):
             raise ExperimentError(f"--set version must be v1 or v2, got {version!r}")
-        base = VToolConfig(version=version, group_size=sc.rl.group_size, n_prompts=sc.rl.n_prompts,
-                           steps=sc.rl.steps, round2_temperature=0.5 if version == "v1" else 1.0)
+        base = VToolConfig(
+            version=version,
+            group_size=sc.rl.group_size,
+            n_prompts=sc.rl.n_prompts,
+            steps=sc.rl.steps,
+            round2_temperature=0.5 if version == "v1" else 1.0,
+        )
         sc = replace(sc, rl=base)
     jobs = [(s, sc) for s in ctx.seeds]
     workers = int(ctx.options.get("workers", min(len(jobs), 3)))
@@ -145,8 +186,12 @@ def _run_tiny(ctx: RunContext) -> RunOutput:
 
 def _summarise(ctx: RunContext, sc: ScaleConfig, results: list[dict]) -> RunOutput:
     pct = lambda x: 100.0 * x  # noqa: E731
-    arms = {"pure": ("pure", "SFT, pure run (no tools)"), "prompted": ("prompted", "SFT, prompted tool use"),
-            "text_grpo": ("text_grpo", "text-only GRPO"), "vtool": ("vtool", "VTool-R1 (GRPO + tools)")}
+    arms = {
+        "pure": ("pure", "SFT, pure run (no tools)"),
+        "prompted": ("prompted", "SFT, prompted tool use"),
+        "text_grpo": ("text_grpo", "text-only GRPO"),
+        "vtool": ("vtool", "VTool-R1 (GRPO + tools)"),
+    }
     per_seed = {a: [pct(r[a]["acc"]) for r in results] for a in arms}
     stats = {a: mean_std(v) for a, v in per_seed.items()}
     gap_seed = [pct(_tool_gap(r["vtool"])) for r in results]
@@ -159,21 +204,45 @@ def _summarise(ctx: RunContext, sc: ScaleConfig, results: list[dict]) -> RunOutp
         "C1": {"vtool_acc": m["vtool"], "text_grpo_acc": m["text_grpo"], "diff": m["vtool"] - m["text_grpo"]},
         "C2": {"text_grpo_acc": m["text_grpo"], "pure_acc": m["pure"], "diff": m["text_grpo"] - m["pure"]},
         "C3": {"vtool_acc": m["vtool"], "prompted_acc": m["prompted"], "diff": m["vtool"] - m["prompted"]},
-        "C4": {"rate_val_cmp": 0.5 * (rate["VAL"]["mean"] + rate["CMP"]["mean"]),
-               "rate_cnt_max": 0.5 * (rate["CNT"]["mean"] + rate["MAX"]["mean"]), "gap": gap["mean"]},
+        "C4": {
+            "rate_val_cmp": 0.5 * (rate["VAL"]["mean"] + rate["CMP"]["mean"]),
+            "rate_cnt_max": 0.5 * (rate["CNT"]["mean"] + rate["MAX"]["mean"]),
+            "gap": gap["mean"],
+        },
     }
     metrics = {
         "accuracy_pct": {a: {"per_seed": per_seed[a], **stats[a]} for a in arms},
         "accuracy_by_type_pct": acc_type,
-        "vtool_tool_rate_pct": rate, "prompted_tool_rate_pct": prompted_rate,
+        "vtool_tool_rate_pct": rate,
+        "prompted_tool_rate_pct": prompted_rate,
         "vtool_tool_gap_pct": {"per_seed": gap_seed, **gap},
         "vtool_tool_success": [r["vtool"]["tool_success"] for r in results],
         "call_arg_acc_pct": {a: mean_std([pct(r[a]["call_arg_acc"]) for r in results]) for a in ("prompted", "vtool")},
-        "per_seed_raw": [{k: r[k] for k in ("seed", "pure", "prompted", "text_grpo", "vtool", "curve_text",
-                                            "curve_tool", "sft_final_loss", "executor_stats", "wall_s")}
-                         for r in results],
-        "config": {"sft": asdict(sc.sft), "rl": asdict(sc.rl), "model": asdict(sc.model),
-                   "n_train": sc.n_train, "n_test": sc.n_test},
+        "per_seed_raw": [
+            {
+                k: r[k]
+                for k in (
+                    "seed",
+                    "pure",
+                    "prompted",
+                    "text_grpo",
+                    "vtool",
+                    "curve_text",
+                    "curve_tool",
+                    "sft_final_loss",
+                    "executor_stats",
+                    "wall_s",
+                )
+            }
+            for r in results
+        ],
+        "config": {
+            "sft": asdict(sc.sft),
+            "rl": asdict(sc.rl),
+            "model": asdict(sc.model),
+            "n_train": sc.n_train,
+            "n_test": sc.n_test,
+        },
     }
     # figures
     steps = results[0]["curve_tool"]["step"]
@@ -183,36 +252,55 @@ def _summarise(ctx: RunContext, sc: ScaleConfig, results: list[dict]) -> RunOutp
         curves[name] = (steps, ys.mean(0), ys.std(0))
     curves["SFT pure run"] = (steps, [m["pure"]] * len(steps))
     curves["SFT prompted tools"] = (steps, [m["prompted"]] * len(steps))
-    plot_curves(ctx.figure_path("accuracy_vs_steps"), curves, "RL step",
-                "greedy accuracy %", f"curve set, mean ± std over {len(results)} seeds")
-    rate_curves = {t: (steps, np.mean([[pct(v) for v in r["curve_tool"][f"tool_rate_{t}"]] for r in results], 0))
-                   for t in QUESTION_TYPES}
+    plot_curves(
+        ctx.figure_path("accuracy_vs_steps"),
+        curves,
+        "RL step",
+        "greedy accuracy %",
+        f"curve set, mean ± std over {len(results)} seeds",
+    )
+    rate_curves = {
+        t: (steps, np.mean([[pct(v) for v in r["curve_tool"][f"tool_rate_{t}"]] for r in results], 0))
+        for t in QUESTION_TYPES
+    }
     plot_curves(ctx.figure_path("tool_rate_vs_steps"), rate_curves, "RL step", "tool-call rate % (VTool-R1)")
-    plot_bars(ctx.figure_path("tool_rate_by_type"),
-              {f"{t} (RL)": rate[t]["mean"] for t in QUESTION_TYPES}
-              | {f"{t} (prompted)": prompted_rate[t]["mean"] for t in QUESTION_TYPES},
-              "tool-call rate %", "tool-call rate per question type")
+    plot_bars(
+        ctx.figure_path("tool_rate_by_type"),
+        {f"{t} (RL)": rate[t]["mean"] for t in QUESTION_TYPES}
+        | {f"{t} (prompted)": prompted_rate[t]["mean"] for t in QUESTION_TYPES},
+        "tool-call rate %",
+        "tool-call rate per question type",
+    )
     ex_path = ctx.figure_path("example_rollout")
     _example_figure(ex_path, results[0]["example"])
     # tables
     fmt = lambda s: f"{s['mean']:.1f} ± {s['std']:.1f}"  # noqa: E731
-    rows = [[label, fmt(stats[a]), ", ".join(f"{v:.1f}" for v in per_seed[a])] +
-            [fmt(acc_type[a][t]) for t in QUESTION_TYPES] for a, (_, label) in arms.items()]
+    rows = [
+        [label, fmt(stats[a]), ", ".join(f"{v:.1f}" for v in per_seed[a])]
+        + [fmt(acc_type[a][t]) for t in QUESTION_TYPES]
+        for a, (_, label) in arms.items()
+    ]
     tables = {
         "Accuracy % (greedy, held-out test set)": markdown_table(
-            ["arm", "acc mean ± std", "per seed", *QUESTION_TYPES], rows),
+            ["arm", "acc mean ± std", "per seed", *QUESTION_TYPES], rows
+        ),
         "Tool-call rate % per question type": markdown_table(
             ["model", *QUESTION_TYPES, "gap (VAL+CMP − CNT+MAX)"],
-            [["VTool-R1", *(fmt(rate[t]) for t in QUESTION_TYPES), fmt(gap)],
-             ["SFT prompted", *(fmt(prompted_rate[t]) for t in QUESTION_TYPES), "-"]]),
+            [
+                ["VTool-R1", *(fmt(rate[t]) for t in QUESTION_TYPES), fmt(gap)],
+                ["SFT prompted", *(fmt(prompted_rate[t]) for t in QUESTION_TYPES), "-"],
+            ],
+        ),
     }
-    notes = [f"RL budget per arm: {sc.rl.steps} steps x {sc.rl.n_prompts} prompts x G={sc.rl.group_size} "
-             f"(version {sc.rl.version}); SFT {sc.sft.pure_steps}+{sc.sft.tool_steps} steps.",
-             "Call-argument accuracy (VAL/CMP tool calls naming exactly the question's labels), prompted -> "
-             f"VTool-R1: {metrics['call_arg_acc_pct']['prompted']['mean']:.1f}% -> "
-             f"{metrics['call_arg_acc_pct']['vtool']['mean']:.1f}%.",
-             "Executor calls (fast whitelisted path / sandbox): "
-             + "; ".join(f"seed {r['seed']}: {r['executor_stats']}" for r in results)]
+    notes = [
+        f"RL budget per arm: {sc.rl.steps} steps x {sc.rl.n_prompts} prompts x G={sc.rl.group_size} "
+        f"(version {sc.rl.version}); SFT {sc.sft.pure_steps}+{sc.sft.tool_steps} steps.",
+        "Call-argument accuracy (VAL/CMP tool calls naming exactly the question's labels), prompted -> "
+        f"VTool-R1: {metrics['call_arg_acc_pct']['prompted']['mean']:.1f}% -> "
+        f"{metrics['call_arg_acc_pct']['vtool']['mean']:.1f}%.",
+        "Executor calls (fast whitelisted path / sandbox): "
+        + "; ".join(f"seed {r['seed']}: {r['executor_stats']}" for r in results),
+    ]
     return RunOutput(metrics=metrics, measured=measured, tables=tables, notes=notes)
 
 
@@ -229,22 +317,34 @@ EXPERIMENT = Experiment(
     title="VTool-R1: VLMs Learn to Think with Images via Reinforcement Learning on Multimodal Tool Use",
     arxiv="2505.19255",
     claims=(
-        Claim("C1", "VTool-R1 accuracy >= text-only GRPO accuracy + 5 points (equal RL budget)",
-              "VTool-R1-7B 80.7 vs R1-VL-7B 63.8 on the chart split [2nd]",
-              "mean acc(VTool-R1) - mean acc(text-only GRPO) >= 5 points",
-              lambda m: m["diff"] >= 5.0),
-        Claim("C2", "text-only GRPO accuracy > accuracy of the SFT model answering without tools",
-              "R1-VL-style text RL improves over the pure run (our added baseline)",
-              "mean acc(text-only GRPO) - mean acc(SFT pure run) > 0",
-              lambda m: m["diff"] > 0.0),
-        Claim("C3", "VTool-R1 accuracy >= prompted tool use without RL + 10 points",
-              "3B: 64.0 vs 24.6; 7B: 80.7 vs 53.4 (chart split) [2nd]",
-              "mean acc(VTool-R1) - mean acc(SFT prompted tool use) >= 10 points",
-              lambda m: m["diff"] >= 10.0),
-        Claim("C4", "selective tool use: tool-call rate on VAL/CMP exceeds the rate on CNT/MAX by >= 20 points",
-              "tool use is selective and non-monotone over training (qualitative)",
-              "mean over seeds of [rate(VAL,CMP) - rate(CNT,MAX)] >= 20 points (VTool-R1, greedy)",
-              lambda m: m["gap"] >= 20.0),
+        Claim(
+            "C1",
+            "VTool-R1 accuracy >= text-only GRPO accuracy + 5 points (equal RL budget)",
+            "VTool-R1-7B 80.7 vs R1-VL-7B 63.8 on the chart split [2nd]",
+            "mean acc(VTool-R1) - mean acc(text-only GRPO) >= 5 points",
+            lambda m: m["diff"] >= 5.0,
+        ),
+        Claim(
+            "C2",
+            "text-only GRPO accuracy > accuracy of the SFT model answering without tools",
+            "R1-VL-style text RL improves over the pure run (our added baseline)",
+            "mean acc(text-only GRPO) - mean acc(SFT pure run) > 0",
+            lambda m: m["diff"] > 0.0,
+        ),
+        Claim(
+            "C3",
+            "VTool-R1 accuracy >= prompted tool use without RL + 10 points",
+            "3B: 64.0 vs 24.6; 7B: 80.7 vs 53.4 (chart split) [2nd]",
+            "mean acc(VTool-R1) - mean acc(SFT prompted tool use) >= 10 points",
+            lambda m: m["diff"] >= 10.0,
+        ),
+        Claim(
+            "C4",
+            "selective tool use: tool-call rate on VAL/CMP exceeds the rate on CNT/MAX by >= 20 points",
+            "tool use is selective and non-monotone over training (qualitative)",
+            "mean over seeds of [rate(VAL,CMP) - rate(CNT,MAX)] >= 20 points (VTool-R1, greedy)",
+            lambda m: m["gap"] >= 20.0,
+        ),
     ),
     run=run,
 )

@@ -88,8 +88,14 @@ def load_refocus(path: str | Path, limit: int | None = None) -> list[dict]:
         question = row.get("question") or row.get("prompt") or ""
         if isinstance(question, list):
             question = " ".join(m.get("content", "") if isinstance(m, Mapping) else str(m) for m in question)
-        out.append({"image": img, "question": str(question), "answer": str(row.get("answer", "")),
-                    "metadata": {"type": meta.get("type", "v_bar"), "columns_bbox": cols, "rows_bbox": rws}})
+        out.append(
+            {
+                "image": img,
+                "question": str(question),
+                "answer": str(row.get("answer", "")),
+                "metadata": {"type": meta.get("type", "v_bar"), "columns_bbox": cols, "rows_bbox": rws},
+            }
+        )
     return out
 
 
@@ -112,8 +118,11 @@ class VToolEnv:
         if p.kind == "failed":
             return "failed", ToolResult(False, error="SyntaxError", message=p.error, path="parse")
         boxes = metadata.get("columns_bbox") or {}
-        res = self.executor.execute(p.code, image, boxes) if boxes == metadata.get("rows_bbox", boxes) else \
-            self._execute_table(p.code, image, metadata)
+        res = (
+            self.executor.execute(p.code, image, boxes)
+            if boxes == metadata.get("rows_bbox", boxes)
+            else self._execute_table(p.code, image, metadata)
+        )
         return "tool", res
 
     def _execute_table(self, code: str, image: Image.Image, metadata: Mapping) -> ToolResult:
@@ -122,9 +131,17 @@ class VToolEnv:
         from .executor import _from_displayed
         from .tools import tool_specs
 
-        res = run_untrusted(code, {"image_1": image.copy(), "columns_bbox": dict(metadata["columns_bbox"]),
-                                   "rows_bbox": dict(metadata["rows_bbox"])},
-                            tools=tool_specs(self.version), result_name=None, limits=self.executor.limits)
+        res = run_untrusted(
+            code,
+            {
+                "image_1": image.copy(),
+                "columns_bbox": dict(metadata["columns_bbox"]),
+                "rows_bbox": dict(metadata["rows_bbox"]),
+            },
+            tools=tool_specs(self.version),
+            result_name=None,
+            limits=self.executor.limits,
+        )
         return _from_displayed(res.displayed) if res.ok else ToolResult(False, error=res.error, message=res.message)
 
     def reward(self, question: str, y: str, gt: str) -> float:
@@ -152,8 +169,9 @@ def two_round_rollout(generate: Callable[[list[dict]], str], row: Mapping, env: 
 class HFPolicy:
     """A local Hugging Face image-text-to-text model (e.g. Qwen2.5-VL-7B-Instruct) as ``generate(messages)``."""
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", max_new_tokens: int = 1024,
-                 temperature: float = 0.0):
+    def __init__(
+        self, model_path: str | Path, device: str = "cpu", max_new_tokens: int = 1024, temperature: float = 0.0
+    ):
         import transformers
 
         from iclr26.core.hf import _check_dir, _offline
@@ -169,15 +187,20 @@ class HFPolicy:
         import torch
 
         prefix = messages[-1]["role"] == "assistant"  # v1 round 2: continue the assistant turn
-        inputs = self.processor.apply_chat_template(messages, add_generation_prompt=not prefix,
-                                                    continue_final_message=prefix, tokenize=True,
-                                                    return_dict=True, return_tensors="pt").to(self.device)
+        inputs = self.processor.apply_chat_template(
+            messages,
+            add_generation_prompt=not prefix,
+            continue_final_message=prefix,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+        ).to(self.device)
         kw = {"do_sample": self.temperature > 0, "max_new_tokens": self.max_new_tokens}
         if self.temperature > 0:
             kw.update(temperature=self.temperature, top_p=0.99)
         with torch.no_grad():
             out = self.model.generate(**inputs, **kw)
-        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
+        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)[0]
 
 
 def run_paper_scale(ctx):
@@ -203,19 +226,39 @@ def run_paper_scale(ctx):
         r = two_round_rollout(policy, row, env)
         tool.append(r["reward"])
         called.append(float(r["kind"] != "notool"))
-    acc = {"pure_run": mean_std([100 * x for x in pure]), "tool_use": mean_std([100 * x for x in tool]),
-           "tool_call_rate": mean_std([100 * x for x in called])}
+    acc = {
+        "pure_run": mean_std([100 * x for x in pure]),
+        "tool_use": mean_std([100 * x for x in tool]),
+        "tool_call_rate": mean_std([100 * x for x in called]),
+    }
     m = {"vtool_acc": acc["tool_use"]["mean"], "text_grpo_acc": float("nan"), "diff": float("nan")}
     return RunOutput(
-        metrics={"accuracy_pct": acc, "n": len(rows),
-                 "judge_failures": len(judge.failures) if judge is not None else None},
-        measured={"C1": m, "C2": {"text_grpo_acc": float("nan"), "pure_acc": acc["pure_run"]["mean"],
-                                  "diff": float("nan")},
-                  "C3": {"vtool_acc": acc["tool_use"]["mean"], "prompted_acc": float("nan"), "diff": float("nan")},
-                  "C4": {"gap": float("nan")}},
-        tables={"Paper-scale evaluation": markdown_table(["setting", "acc %"], [[k, f"{v['mean']:.1f}"]
-                                                                                for k, v in acc.items()])},
-        notes=["Paper scale evaluates one checkpoint; the claims need the base and the trained checkpoint "
-               "(run twice) and are reported as not measured here."]
-        + ([f"{len(judge.failures)} judge calls failed and were scored by the heuristic instead; first: "
-            f"{judge.failures[0][:200]}"] if judge is not None and judge.failures else []))
+        metrics={
+            "accuracy_pct": acc,
+            "n": len(rows),
+            "judge_failures": len(judge.failures) if judge is not None else None,
+        },
+        measured={
+            "C1": m,
+            "C2": {"text_grpo_acc": float("nan"), "pure_acc": acc["pure_run"]["mean"], "diff": float("nan")},
+            "C3": {"vtool_acc": acc["tool_use"]["mean"], "prompted_acc": float("nan"), "diff": float("nan")},
+            "C4": {"gap": float("nan")},
+        },
+        tables={
+            "Paper-scale evaluation": markdown_table(
+                ["setting", "acc %"], [[k, f"{v['mean']:.1f}"] for k, v in acc.items()]
+            )
+        },
+        notes=[
+            "Paper scale evaluates one checkpoint; the claims need the base and the trained checkpoint "
+            "(run twice) and are reported as not measured here."
+        ]
+        + (
+            [
+                f"{len(judge.failures)} judge calls failed and were scored by the heuristic instead; first: "
+                f"{judge.failures[0][:200]}"
+            ]
+            if judge is not None and judge.failures
+            else []
+        ),
+    )

@@ -30,12 +30,35 @@ __all__ = ["ID", "VOCAB", "TinyToolVLM", "TinyVLMConfig", "answer_text", "detoke
 
 LABELS = tuple(COLORS)
 DIGITS = tuple(str(i) for i in range(10))
-VOCAB = ("PAD", "BOS", "PURE", "TOOLS", "Q_VAL", "Q_CMP", "Q_CNT", "Q_MAX", *LABELS, "DIRECT", "CALL", "MASK",
-         "DRAW", "HIGHLIGHT", "COL", "ROW", "ENDCALL", "OBS", "OBS_FAIL", *DIGITS, "yes", "no", "EOS")
+VOCAB = (
+    "PAD",
+    "BOS",
+    "PURE",
+    "TOOLS",
+    "Q_VAL",
+    "Q_CMP",
+    "Q_CNT",
+    "Q_MAX",
+    *LABELS,
+    "DIRECT",
+    "CALL",
+    "MASK",
+    "DRAW",
+    "HIGHLIGHT",
+    "COL",
+    "ROW",
+    "ENDCALL",
+    "OBS",
+    "OBS_FAIL",
+    *DIGITS,
+    "yes",
+    "no",
+    "EOS",
+)
 ID = {t: i for i, t in enumerate(VOCAB)}
-Q_LEN = 3          # question slot: type token + up to two labels, padded with PAD
-R1_LEN = 6         # longest round-1 response: CALL OP DIM L1 L2 ENDCALL  /  DIRECT a EOS
-ANS_LEN = 2        # answer + EOS
+Q_LEN = 3  # question slot: type token + up to two labels, padded with PAD
+R1_LEN = 6  # longest round-1 response: CALL OP DIM L1 L2 ENDCALL  /  DIRECT a EOS
+ANS_LEN = 2  # answer + EOS
 OPS = {"MASK": "mask", "DRAW": "draw", "HIGHLIGHT": "highlight"}
 DIMS = {"COL": "columns", "ROW": "rows"}
 
@@ -89,8 +112,9 @@ def detokenize_round1(tokens) -> str:
     if not names:
         return ""
     if names[0] == "DIRECT":
-        return "THOUGHT 0: The question can be answered from the image.\nACTION 0: No action needed.\n" \
-            + answer_text([ID[n] for n in names[1:]])
+        return "THOUGHT 0: The question can be answered from the image.\nACTION 0: No action needed.\n" + answer_text(
+            [ID[n] for n in names[1:]]
+        )
     if names[0] != "CALL":
         return " ".join(n for n in names if n != "EOS")
     ops, dims, args, closed = "", "", [], False
@@ -110,7 +134,7 @@ def detokenize_round1(tokens) -> str:
     head = "THOUGHT 0: Focusing on the relevant bars will help.\nACTION 0:\n```python\n"
     call = f"img = focus_on_{dims}_with_{ops}(image_1, [{', '.join(args)}], {bbox})"
     if not closed:  # generation stopped inside the call: unterminated code
-        return head + call[:-len(f"], {bbox})")]
+        return head + call[: -len(f"], {bbox})")]
     return head + call + "\ndisplay(img)\n```"
 
 
@@ -131,9 +155,17 @@ class TinyToolVLM(nn.Module):
         self.image_index = nn.Embedding(2, cfg.d_model)
         self.patch_norm = nn.LayerNorm(cfg.d_model)  # image tokens at unit scale, like the text tokens below
         max_len = 2 + 2 * cfg.n_patches + Q_LEN + R1_LEN + 1 + ANS_LEN
-        self.lm = Transformer(TransformerConfig(vocab_size=len(VOCAB), d_model=cfg.d_model, n_layers=cfg.n_layers,
-                                                n_heads=cfg.n_heads, max_len=max_len, pos="rope",
-                                                tie_embeddings=False))
+        self.lm = Transformer(
+            TransformerConfig(
+                vocab_size=len(VOCAB),
+                d_model=cfg.d_model,
+                n_layers=cfg.n_layers,
+                n_heads=cfg.n_heads,
+                max_len=max_len,
+                pos="rope",
+                tie_embeddings=False,
+            )
+        )
         # unit-scale token embeddings: with the core's 0.02 init the 16-32 image tokens drown the identity of
         # the question's label tokens in the residual stream (measured: labels could not be copied)
         nn.init.normal_(self.lm.tok_emb.weight, 0.0, 1.0)
@@ -155,16 +187,25 @@ class TinyToolVLM(nn.Module):
         head = torch.stack([torch.full((B,), ID["BOS"], device=dev), mode_ids.to(dev)], 1)
         parts = [self.lm.embed(head)]
         for k, img in enumerate(images):
-            parts.append(self.patch_norm(self.patch_embed(self.patches(img))) + self.patch_pos
-                         + self.image_index.weight[k])
+            parts.append(
+                self.patch_norm(self.patch_embed(self.patches(img))) + self.patch_pos + self.image_index.weight[k]
+            )
         parts.append(self.lm.embed(tail.to(dev)))
         x = torch.cat(parts, 1)
-        return self.lm(inputs_embeds=x).logits[:, -tail.shape[1]:]
+        return self.lm(inputs_embeds=x).logits[:, -tail.shape[1] :]
 
 
 @torch.no_grad()
-def sample_tail(model: TinyToolVLM, mode_ids: Tensor, images: list, prefix: Tensor, max_new: int,
-                stop_ids: tuple[int, ...], temperature: float, generator: torch.Generator | None) -> Tensor:
+def sample_tail(
+    model: TinyToolVLM,
+    mode_ids: Tensor,
+    images: list,
+    prefix: Tensor,
+    max_new: int,
+    stop_ids: tuple[int, ...],
+    temperature: float,
+    generator: torch.Generator | None,
+) -> Tensor:
     """Extend ``prefix`` [B, T0] by up to ``max_new`` tokens (temperature 0 = greedy). Rows stop after a
     token in ``stop_ids``; later positions are PAD. Returns the new tokens [B, max_new]."""
     B = prefix.shape[0]

@@ -58,8 +58,9 @@ def ensure_display_call(code: str) -> str:
         tree = ast.parse(code)
     except _COMPILE_ERRORS:
         return code
-    calls_display = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "display"
-                        for n in ast.walk(tree))
+    calls_display = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "display" for n in ast.walk(tree)
+    )
     if calls_display:
         return code
     last = None

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["OBSERVATION_FAIL", "OBSERVATION_OK", "TOOL_PROMPT", "round1_messages", "round2_messages",
-           "user_text"]
+__all__ = ["OBSERVATION_FAIL", "OBSERVATION_OK", "TOOL_PROMPT", "round1_messages", "round2_messages", "user_text"]
 
 TOOL_DOCS = """\
 def focus_on_columns_with_mask(image, columns_to_focus_on, all_columns_bounding_boxes):
@@ -86,8 +85,9 @@ def round1_messages(image, question: str, metadata: Mapping, tools: bool = True)
     return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}]
 
 
-def round2_messages(image, edited, question: str, metadata: Mapping, y1: str, ok: bool,
-                    version: str = "v2") -> list[dict]:
+def round2_messages(
+    image, edited, question: str, metadata: Mapping, y1: str, ok: bool, version: str = "v2"
+) -> list[dict]:
     """Round 2. v2: a true multi-turn chat [user: I + prompt][assistant: y'][user: I' + OBSERVATION].
     v1: one user turn with both images and the prompt, and y' (trimmed after its code) + OBSERVATION as an
     assistant prefix (returned as the last, unfinished assistant message)."""
@@ -98,10 +98,30 @@ def round2_messages(image, edited, question: str, metadata: Mapping, y1: str, ok
         if ok:
             obs.append({"type": "image", "image": edited})
         return round1_messages(image, question, metadata) + [
-            {"role": "assistant", "content": [{"type": "text", "text": y1}]}, {"role": "user", "content": obs}]
+            {"role": "assistant", "content": [{"type": "text", "text": y1}]},
+            {"role": "user", "content": obs},
+        ]
     if version != "v1":
         raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
-    return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "image", "image": edited},
-                                         {"type": "text", "text": user_text(question, metadata)}]},
-            {"role": "assistant", "content": [{"type": "text", "text": trim_to_action_end(y1) + "\n" + OBSERVATION_OK
-                                               + "\n<the image outputs of the code is added as the second image>"}]}]
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": image},
+                {"type": "image", "image": edited},
+                {"type": "text", "text": user_text(question, metadata)},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "text",
+                    "text": trim_to_action_end(y1)
+                    + "\n"
+                    + OBSERVATION_OK
+                    + "\n<the image outputs of the code is added as the second image>",
+                }
+            ],
+        },
+    ]

@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 
 from iclr26.core.http import ChatClient
 
-__all__ = ["JudgeClient", "JudgeVerdict", "exact_match_reward", "extract_final_answer", "heuristic_reward",
-           "process_reward", "refocus_score"]
+__all__ = [
+    "JudgeClient",
+    "JudgeVerdict",
+    "exact_match_reward",
+    "extract_final_answer",
+    "heuristic_reward",
+    "process_reward",
+    "refocus_score",
+]
 
 _FINAL = re.compile(r"FINAL ANSWER:\s*(.*?)(?=\.\s|\.?$)", re.DOTALL)
 _ANSWER = re.compile(r"ANSWER:\s*(.*?)(?=\.\s|\.?$)", re.DOTALL)
@@ -108,17 +115,18 @@ def refocus_score(answer: str | None, ground_truth: str) -> float:
     return total / len(gts)
 
 
-def process_reward(outcome: float, tool_called: bool, tool_ok: bool, bonus: float = 0.5,
-                   penalty: float = 0.5) -> float:
+def process_reward(outcome: float, tool_called: bool, tool_ok: bool, bonus: float = 0.5, penalty: float = 0.5) -> float:
     """NOT the paper's reward: the process-reward ablation (+bonus on success, −penalty on failure)."""
     if not tool_called:
         return outcome
     return outcome + (bonus if tool_ok else -penalty)
 
 
-JUDGE_SYSTEM = ("You grade answers. Given a question, the ground truth and a student's answer, reply with 1 "
-                "if the answer has the same content as the ground truth (ignore units, formatting and order "
-                "of multiple answers), otherwise reply with 0. Reply with a single digit.")
+JUDGE_SYSTEM = (
+    "You grade answers. Given a question, the ground truth and a student's answer, reply with 1 "
+    "if the answer has the same content as the ground truth (ignore units, formatting and order "
+    "of multiple answers), otherwise reply with 0. Reply with a single digit."
+)
 
 
 def heuristic_reward(answer: str | None, ground_truth: str) -> float:
@@ -170,9 +178,14 @@ class JudgeClient:
 
     def verdict(self, question: str, ground_truth: str, answer: str) -> JudgeVerdict:
         """One judge request: 1/0 from the first ``0``/``1`` in the reply, or a handled failure."""
-        msgs = [{"role": "system", "content": JUDGE_SYSTEM},
-                {"role": "user", "content": f"Question: {question}\nGround truth: {ground_truth}\n"
-                                            f"Student answer: {answer}\nCorrect (1/0)?"}]
+        msgs = [
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {
+                "role": "user",
+                "content": f"Question: {question}\nGround truth: {ground_truth}\n"
+                f"Student answer: {answer}\nCorrect (1/0)?",
+            },
+        ]
         r = self.client().chat(msgs, temperature=0.0, max_tokens=self.max_tokens)
         if not r.ok:
             return JudgeVerdict(False, error=r.error, message=r.message)

@@ -45,30 +45,38 @@ TAIL_LEN = Q_LEN + R1_LEN + 1 + ANS_LEN
 class Rollout:
     """A batch of finished samples, ready for the GRPO loss (index i = one sample)."""
 
-    mode: Tensor            # [B] PURE or TOOLS id
-    n_images: Tensor        # [B] 1 or 2
-    img1: np.ndarray        # [B, H, W, 3] uint8
-    img2: np.ndarray        # [B, H, W, 3] uint8 (unused where n_images == 1)
-    tail: Tensor            # [B, TAIL_LEN] token ids (PAD-filled)
-    mask: Tensor            # [B, TAIL_LEN - 1] 1 = trainable target token tail[:, 1:]
-    rewards: Tensor         # [B] outcome reward
-    group: Tensor           # [B] prompt id (uid): GRPO groups
-    qtype: list = field(default_factory=list)      # question type per sample
-    called: Tensor | None = None                   # [B] bool: round 1 asked for a tool (tool or failed)
-    tool_ok: Tensor | None = None                  # [B] bool: the tool step displayed an image
-    texts: list = field(default_factory=list)      # (y' text, y text) per sample, for inspection
+    mode: Tensor  # [B] PURE or TOOLS id
+    n_images: Tensor  # [B] 1 or 2
+    img1: np.ndarray  # [B, H, W, 3] uint8
+    img2: np.ndarray  # [B, H, W, 3] uint8 (unused where n_images == 1)
+    tail: Tensor  # [B, TAIL_LEN] token ids (PAD-filled)
+    mask: Tensor  # [B, TAIL_LEN - 1] 1 = trainable target token tail[:, 1:]
+    rewards: Tensor  # [B] outcome reward
+    group: Tensor  # [B] prompt id (uid): GRPO groups
+    qtype: list = field(default_factory=list)  # question type per sample
+    called: Tensor | None = None  # [B] bool: round 1 asked for a tool (tool or failed)
+    tool_ok: Tensor | None = None  # [B] bool: the tool step displayed an image
+    texts: list = field(default_factory=list)  # (y' text, y text) per sample, for inspection
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
 
     def select(self, idx: Tensor) -> Rollout:
         i = idx.tolist()
-        return Rollout(self.mode[idx], self.n_images[idx], self.img1[i], self.img2[i], self.tail[idx],
-                       self.mask[idx], self.rewards[idx], self.group[idx],
-                       [self.qtype[k] for k in i] if self.qtype else [],
-                       None if self.called is None else self.called[idx],
-                       None if self.tool_ok is None else self.tool_ok[idx],
-                       [self.texts[k] for k in i] if self.texts else [])
+        return Rollout(
+            self.mode[idx],
+            self.n_images[idx],
+            self.img1[i],
+            self.img2[i],
+            self.tail[idx],
+            self.mask[idx],
+            self.rewards[idx],
+            self.group[idx],
+            [self.qtype[k] for k in i] if self.qtype else [],
+            None if self.called is None else self.called[idx],
+            None if self.tool_ok is None else self.tool_ok[idx],
+            [self.texts[k] for k in i] if self.texts else [],
+        )
 
 
 def sequence_logprobs(model: TinyToolVLM, ro: Rollout) -> Tensor:
@@ -105,8 +113,14 @@ def _first_stop(tokens: Tensor, stops: tuple[int, ...]) -> int:
 
 
 @torch.no_grad()
-def rollout_pure(model: TinyToolVLM, samples: list[ChartSample], group: Tensor, temperature: float,
-                 generator: torch.Generator | None = None, version: str = "v2") -> Rollout:
+def rollout_pure(
+    model: TinyToolVLM,
+    samples: list[ChartSample],
+    group: Tensor,
+    temperature: float,
+    generator: torch.Generator | None = None,
+    version: str = "v2",
+) -> Rollout:
     """Text-only rollouts: ``[BOS PURE][I][x] -> y`` (the pure run / text-only GRPO arm)."""
     B = len(samples)
     img = np.stack([s.image for s in samples])
@@ -114,25 +128,44 @@ def rollout_pure(model: TinyToolVLM, samples: list[ChartSample], group: Tensor, 
     mode = torch.full((B,), ID["PURE"])
     ans = sample_tail(model, mode, [img], q, ANS_LEN, (ID["EOS"],), temperature, generator)
     tail = torch.full((B, TAIL_LEN), ID["PAD"])
-    tail[:, :Q_LEN], tail[:, Q_LEN:Q_LEN + ANS_LEN] = q, ans
+    tail[:, :Q_LEN], tail[:, Q_LEN : Q_LEN + ANS_LEN] = q, ans
     mask = torch.zeros(B, TAIL_LEN - 1)
     rewards, texts = torch.zeros(B), []
     for i, s in enumerate(samples):
         n = _first_stop(ans[i], (ID["EOS"],))
-        mask[i, Q_LEN - 1:Q_LEN - 1 + n] = 1
+        mask[i, Q_LEN - 1 : Q_LEN - 1 + n] = 1
         y = answer_text(ans[i])
         rewards[i] = _answer_reward(y, s.answer, version)
         texts.append(("", y))
-    return Rollout(mode, torch.ones(B, dtype=torch.long), img, np.zeros_like(img), tail, mask, rewards, group,
-                   [s.qtype for s in samples], torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool),
-                   texts)
+    return Rollout(
+        mode,
+        torch.ones(B, dtype=torch.long),
+        img,
+        np.zeros_like(img),
+        tail,
+        mask,
+        rewards,
+        group,
+        [s.qtype for s in samples],
+        torch.zeros(B, dtype=torch.bool),
+        torch.zeros(B, dtype=torch.bool),
+        texts,
+    )
 
 
 @torch.no_grad()
-def rollout_tools(model: TinyToolVLM, samples: list[ChartSample], group: Tensor, executor: ToolExecutor,
-                  temperature: float, round2_temperature: float, version: str = "v2",
-                  generator: torch.Generator | None = None, allow_tools: bool = True,
-                  train_tool_tokens: bool = False) -> Rollout:
+def rollout_tools(
+    model: TinyToolVLM,
+    samples: list[ChartSample],
+    group: Tensor,
+    executor: ToolExecutor,
+    temperature: float,
+    round2_temperature: float,
+    version: str = "v2",
+    generator: torch.Generator | None = None,
+    allow_tools: bool = True,
+    train_tool_tokens: bool = False,
+) -> Rollout:
     """Two-round VTool-R1 rollouts with ``version`` ("v1" / "v2") masking and failure semantics.
 
     ``allow_tools=False`` forces every round-1 response to be treated as NOTOOL (the reduction test).
@@ -154,8 +187,9 @@ def rollout_tools(model: TinyToolVLM, samples: list[ChartSample], group: Tensor,
     called = torch.tensor([p.kind != "notool" for p in parsed])
     run = [i for i, p in enumerate(parsed) if p.kind == "tool"]
     if run:
-        results = executor.execute_many([parsed[i].code for i in run], [img1[i] for i in run],
-                                        [samples[i].bboxes for i in run])
+        results = executor.execute_many(
+            [parsed[i].code for i in run], [img1[i] for i in run], [samples[i].bboxes for i in run]
+        )
         for i, res in zip(run, results, strict=True):
             if res.ok and res.image is not None and res.image.shape == img1[i].shape:
                 img2[i], tool_ok[i] = res.image, True
@@ -164,17 +198,18 @@ def rollout_tools(model: TinyToolVLM, samples: list[ChartSample], group: Tensor,
     second = [i for i in range(B) if called[i] and (tool_ok[i] or version == "v2")]
     tail = torch.full((B, TAIL_LEN), ID["PAD"])
     tail[:, :Q_LEN] = q
-    tail[:, Q_LEN:Q_LEN + R1_LEN] = y1
+    tail[:, Q_LEN : Q_LEN + R1_LEN] = y1
     n_images = torch.ones(B, dtype=torch.long)
     y2_texts = [""] * B
     if second:
         idx = torch.tensor(second)
         obs = torch.where(tool_ok[idx], ID["OBS"], ID["OBS_FAIL"])
         prefix = torch.cat([q[idx], y1[idx], obs[:, None]], 1)
-        y2 = sample_tail(model, mode[idx], [img1[second], img2[second]], prefix, ANS_LEN, (ID["EOS"],),
-                         round2_temperature, generator)
+        y2 = sample_tail(
+            model, mode[idx], [img1[second], img2[second]], prefix, ANS_LEN, (ID["EOS"],), round2_temperature, generator
+        )
         tail[idx, Q_LEN + R1_LEN] = obs
-        tail[idx, Q_LEN + R1_LEN + 1:] = y2
+        tail[idx, Q_LEN + R1_LEN + 1 :] = y2
         n_images[idx] = 2
         for j, i in enumerate(second):
             y2_texts[i] = answer_text(y2[j])
@@ -185,31 +220,38 @@ def rollout_tools(model: TinyToolVLM, samples: list[ChartSample], group: Tensor,
     for i, s in enumerate(samples):
         n1 = _first_stop(y1[i], r1_stops)
         if n_images[i] == 2:  # trainable: y only (positions predicting tail[Q+R1+1 : ...])
-            n2 = _first_stop(tail[i, Q_LEN + R1_LEN + 1:], (ID["EOS"],))
+            n2 = _first_stop(tail[i, Q_LEN + R1_LEN + 1 :], (ID["EOS"],))
             start = Q_LEN + R1_LEN  # mask index j trains tail[j + 1]
-            mask[i, start:start + n2] = 1
+            mask[i, start : start + n2] = 1
             if train_tool_tokens:
-                mask[i, Q_LEN - 1:Q_LEN - 1 + n1] = 1
+                mask[i, Q_LEN - 1 : Q_LEN - 1 + n1] = 1
             rewards[i] = _answer_reward(y2_texts[i], s.answer, version)
         else:  # direct answer, or a v1 failed call: round-1 tokens are trained on their own reward
-            mask[i, Q_LEN - 1:Q_LEN - 1 + n1] = 1
-            tail[i, Q_LEN + R1_LEN:] = ID["PAD"]
+            mask[i, Q_LEN - 1 : Q_LEN - 1 + n1] = 1
+            tail[i, Q_LEN + R1_LEN :] = ID["PAD"]
             rewards[i] = 0.0 if parsed[i].kind != "notool" else _answer_reward(texts1[i], s.answer, version)
         texts.append((texts1[i], y2_texts[i]))
-    return Rollout(mode, n_images, img1, img2, tail, mask, rewards, group, [s.qtype for s in samples],
-                   called, tool_ok, texts)
+    return Rollout(
+        mode, n_images, img1, img2, tail, mask, rewards, group, [s.qtype for s in samples], called, tool_ok, texts
+    )
 
 
 @torch.no_grad()
-def evaluate(model: TinyToolVLM, samples: list[ChartSample], mode: str, executor: ToolExecutor | None = None,
-             version: str = "v2", batch_size: int = 256) -> dict:
+def evaluate(
+    model: TinyToolVLM,
+    samples: list[ChartSample],
+    mode: str,
+    executor: ToolExecutor | None = None,
+    version: str = "v2",
+    batch_size: int = 256,
+) -> dict:
     """Greedy accuracy overall and per question type; for ``mode="tools"`` also the tool-call rate and
     success rate per type. Returns plain floats (fractions in [0, 1])."""
     was = model.training
     model.eval()
     rewards, called, ok, qtypes, arg_ok = [], [], [], [], []
     for b in range(0, len(samples), batch_size):
-        chunk = samples[b:b + batch_size]
+        chunk = samples[b : b + batch_size]
         g = torch.arange(len(chunk))
         if mode == "pure":
             ro = rollout_pure(model, chunk, g, 0.0, version=version)
@@ -227,9 +269,12 @@ def evaluate(model: TinyToolVLM, samples: list[ChartSample], mode: str, executor
                 arg_ok.append(float(named == set(s.args)))
     model.train(was)
     r, c, k = torch.cat(rewards), torch.cat(called), torch.cat(ok)
-    out = {"acc": float(r.mean()), "tool_rate": float(c.mean()),
-           "tool_success": float(k.sum() / c.sum()) if c.sum() > 0 else float("nan"),
-           "call_arg_acc": float(np.mean(arg_ok)) if arg_ok else float("nan")}
+    out = {
+        "acc": float(r.mean()),
+        "tool_rate": float(c.mean()),
+        "tool_success": float(k.sum() / c.sum()) if c.sum() > 0 else float("nan"),
+        "call_arg_acc": float(np.mean(arg_ok)) if arg_ok else float("nan"),
+    }
     for t in sorted(set(qtypes)):
         sel = torch.tensor([q == t for q in qtypes])
         out[f"acc_{t}"] = float(r[sel].mean())

@@ -48,8 +48,10 @@ class ToolStyle:
     """Substring key matching in ``focus_on_y_values_with_draw`` (v2 only)."""
 
 
-STYLES = {"v1": ToolStyle(mask_pad=-2, draw_width=5, draw_pad=-2, fuzzy_y_draw=False),
-          "v2": ToolStyle(mask_pad=1, draw_width=3, draw_pad=2, fuzzy_y_draw=True)}
+STYLES = {
+    "v1": ToolStyle(mask_pad=-2, draw_width=5, draw_pad=-2, fuzzy_y_draw=False),
+    "v2": ToolStyle(mask_pad=1, draw_width=3, draw_pad=2, fuzzy_y_draw=True),
+}
 
 AXES = ("columns", "rows", "x_values", "y_values")
 OPS = ("mask", "draw", "highlight")
@@ -81,8 +83,9 @@ def _match(keys: list[str], bboxes: Mapping[str, Mapping], fuzzy: bool) -> list[
     return chosen
 
 
-def apply_tool(image: Image.Image, keys, all_bboxes: Mapping[str, Mapping], *, axis: str, op: str,
-               version: str = "v2") -> Image.Image:
+def apply_tool(
+    image: Image.Image, keys, all_bboxes: Mapping[str, Mapping], *, axis: str, op: str, version: str = "v2"
+) -> Image.Image:
     """Apply one ReFocus tool (``axis`` in :data:`AXES`, ``op`` in :data:`OPS`) in official ``version``."""
     if axis not in AXES or op not in OPS or version not in STYLES:
         raise ValueError(f"unknown tool axis={axis!r} op={op!r} version={version!r}")
@@ -131,11 +134,16 @@ def _make(axis: str, op: str, version: str) -> Callable:
     def tool(image, keys, all_bboxes):
         return apply_tool(image, keys, all_bboxes, axis=axis, op=op, version=version)
 
-    what = {"mask": "masks (paints white) every other", "draw": "draws a red box around each chosen",
-            "highlight": "highlights in translucent red each chosen"}[op]
+    what = {
+        "mask": "masks (paints white) every other",
+        "draw": "draws a red box around each chosen",
+        "highlight": "highlights in translucent red each chosen",
+    }[op]
     tool.__name__ = tool.__qualname__ = f"{version}_focus_on_{axis}_with_{op}"
-    tool.__doc__ = (f"ReFocus tool ({version}): {what} {axis[:-1].replace('_', ' ')} bbox; returns a new image.\n\n"
-                    f"Args: image (PIL), keys (list of labels), all_bboxes (label -> bbox dict).")
+    tool.__doc__ = (
+        f"ReFocus tool ({version}): {what} {axis[:-1].replace('_', ' ')} bbox; returns a new image.\n\n"
+        f"Args: image (PIL), keys (list of labels), all_bboxes (label -> bbox dict)."
+    )
     return tool
 
 

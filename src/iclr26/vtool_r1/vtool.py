@@ -30,8 +30,16 @@ from .model import ID, Q_LEN, R1_LEN, VOCAB, TinyToolVLM, call_tokens, question_
 from .rollout import TAIL_LEN, Rollout, rollout_pure, rollout_tools, sequence_logprobs
 from .tools import apply_tool
 
-__all__ = ["PRESETS", "SFTConfig", "VToolConfig", "dual_clip_policy_loss", "low_var_kl", "sft_init",
-           "train_grpo", "vtool_loss"]
+__all__ = [
+    "PRESETS",
+    "SFTConfig",
+    "VToolConfig",
+    "dual_clip_policy_loss",
+    "low_var_kl",
+    "sft_init",
+    "train_grpo",
+    "vtool_loss",
+]
 
 
 @dataclass(frozen=True)
@@ -100,8 +108,15 @@ def low_var_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
 
 
-def dual_clip_policy_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float = 0.2,
-                          eps_high: float = 0.3, dual_clip: float | None = 3.0) -> Tensor:
+def dual_clip_policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.3,
+    dual_clip: float | None = 3.0,
+) -> Tensor:
     """Clipped surrogate with clip-higher and the dual clip, token-mean over ``mask`` (see module doc).
 
     core.grpo.policy_loss has no dual clip, so it is written here (same formula plus the dual clip).
@@ -114,8 +129,9 @@ def dual_clip_policy_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Ten
     return masked_aggregate(loss, mask, "token_mean")
 
 
-def vtool_loss(logp: Tensor, old_logp: Tensor, ref_logp: Tensor | None, adv: Tensor, mask: Tensor,
-               cfg: VToolConfig) -> Tensor:
+def vtool_loss(
+    logp: Tensor, old_logp: Tensor, ref_logp: Tensor | None, adv: Tensor, mask: Tensor, cfg: VToolConfig
+) -> Tensor:
     """Policy loss + β · token-mean low_var_kl (the full VTool-R1 / GRPO loss of one minibatch)."""
     loss = dual_clip_policy_loss(logp, old_logp, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
     if cfg.kl_coef > 0 and ref_logp is not None:
@@ -153,8 +169,9 @@ class SFTConfig:
 
 
 def _pick_labels(s: ChartSample, rng: np.random.Generator, noise: float) -> list[str]:
-    labels = list(s.args) if s.args else [str(x) for x in rng.choice(s.labels, size=int(rng.integers(1, 3)),
-                                                                     replace=False)]
+    labels = (
+        list(s.args) if s.args else [str(x) for x in rng.choice(s.labels, size=int(rng.integers(1, 3)), replace=False)]
+    )
     return [str(rng.choice(s.labels)) if rng.random() < noise else lab for lab in labels]
 
 
@@ -162,8 +179,9 @@ def _answer_ids(s: ChartSample) -> list[int]:
     return [ID[s.answer], ID["EOS"]]
 
 
-def sft_batch(samples: list[ChartSample], rng: np.random.Generator, phase: str, cfg: SFTConfig,
-              executor: ToolExecutor) -> Rollout:
+def sft_batch(
+    samples: list[ChartSample], rng: np.random.Generator, phase: str, cfg: SFTConfig, executor: ToolExecutor
+) -> Rollout:
     """Teacher-forced SFT examples as a Rollout whose mask marks the target tokens."""
     B = len(samples)
     tail = torch.full((B, TAIL_LEN), ID["PAD"])
@@ -182,19 +200,19 @@ def sft_batch(samples: list[ChartSample], rng: np.random.Generator, phase: str, 
             kind = "round2"
         if kind == "pure":
             y = _answer_ids(s)
-            tail[i, Q_LEN:Q_LEN + len(y)] = torch.tensor(y)
-            mask[i, Q_LEN - 1:Q_LEN - 1 + len(y)] = 1
+            tail[i, Q_LEN : Q_LEN + len(y)] = torch.tensor(y)
+            mask[i, Q_LEN - 1 : Q_LEN - 1 + len(y)] = 1
             continue
         mode[i] = ID["TOOLS"]
         op, dim = str(rng.choice(["MASK", "DRAW", "HIGHLIGHT"])), str(rng.choice(cfg.call_dims))
         call = call_tokens(op, dim, _pick_labels(s, rng, cfg.label_noise))
         if kind == "direct":
             y1 = [ID["DIRECT"], *_answer_ids(s)]
-            tail[i, Q_LEN:Q_LEN + len(y1)] = torch.tensor(y1)
-            mask[i, Q_LEN - 1:Q_LEN - 1 + len(y1)] = 1
+            tail[i, Q_LEN : Q_LEN + len(y1)] = torch.tensor(y1)
+            mask[i, Q_LEN - 1 : Q_LEN - 1 + len(y1)] = 1
         elif kind == "call":
-            tail[i, Q_LEN:Q_LEN + len(call)] = torch.tensor(call)
-            mask[i, Q_LEN - 1:Q_LEN - 1 + len(call)] = 1
+            tail[i, Q_LEN : Q_LEN + len(call)] = torch.tensor(call)
+            mask[i, Q_LEN - 1 : Q_LEN - 1 + len(call)] = 1
         else:  # round 2: a RANDOM edit (random labels) teaches the format, not how to use I' ...
             rand_labels = [str(x) for x in rng.choice(s.labels, size=int(rng.integers(1, 3)), replace=False)]
             if rng.random() < cfg.informative_edit:  # ... unless the edit is the one the call asked for
@@ -202,20 +220,27 @@ def sft_batch(samples: list[ChartSample], rng: np.random.Generator, phase: str, 
             from PIL import Image
 
             axis = {"COL": "columns", "ROW": "rows"}[dim]
-            edit = apply_tool(Image.fromarray(s.image), rand_labels, s.bboxes, axis=axis, op=op.lower(),
-                              version=executor.version)
+            edit = apply_tool(
+                Image.fromarray(s.image), rand_labels, s.bboxes, axis=axis, op=op.lower(), version=executor.version
+            )
             img2[i] = np.asarray(edit)
             n_images[i] = 2
-            tail[i, Q_LEN:Q_LEN + len(call)] = torch.tensor(call)
+            tail[i, Q_LEN : Q_LEN + len(call)] = torch.tensor(call)
             tail[i, Q_LEN + R1_LEN] = ID["OBS"]
             y = _answer_ids(s)
-            tail[i, Q_LEN + R1_LEN + 1:Q_LEN + R1_LEN + 1 + len(y)] = torch.tensor(y)
-            mask[i, Q_LEN + R1_LEN:Q_LEN + R1_LEN + len(y)] = 1
+            tail[i, Q_LEN + R1_LEN + 1 : Q_LEN + R1_LEN + 1 + len(y)] = torch.tensor(y)
+            mask[i, Q_LEN + R1_LEN : Q_LEN + R1_LEN + len(y)] = 1
     return Rollout(mode, n_images, img1, img2, tail, mask, torch.zeros(B), torch.arange(B))
 
 
-def sft_init(model: TinyToolVLM, train: list[ChartSample], cfg: SFTConfig, seed: int,
-             executor: ToolExecutor | None = None, progress: Callable | None = None) -> list[float]:
+def sft_init(
+    model: TinyToolVLM,
+    train: list[ChartSample],
+    cfg: SFTConfig,
+    seed: int,
+    executor: ToolExecutor | None = None,
+    progress: Callable | None = None,
+) -> list[float]:
     """Run SFT phases (a) and (b) in place; returns the per-step losses."""
     executor = executor or ToolExecutor()
     rng = np.random.default_rng(seed + 7919)
@@ -225,7 +250,8 @@ def sft_init(model: TinyToolVLM, train: list[ChartSample], cfg: SFTConfig, seed:
             continue
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda t, n=steps: min(1.0, (t + 1) / 50) * 0.5 * (1 + np.cos(np.pi * t / n)))
+            opt, lambda t, n=steps: min(1.0, (t + 1) / 50) * 0.5 * (1 + np.cos(np.pi * t / n))
+        )
         it = range(steps) if progress is None else progress(range(steps), desc=f"SFT {phase}")
         for _ in it:
             idx = rng.integers(len(train), size=cfg.batch_size)
@@ -249,8 +275,14 @@ def _apply_process_reward(ro: Rollout, bonus: float) -> Tensor:
     return r
 
 
-def grpo_step(policy: TinyToolVLM, ref: TinyToolVLM, opt: torch.optim.Optimizer, ro: Rollout, cfg: VToolConfig,
-              generator: torch.Generator) -> dict:
+def grpo_step(
+    policy: TinyToolVLM,
+    ref: TinyToolVLM,
+    opt: torch.optim.Optimizer,
+    ro: Rollout,
+    cfg: VToolConfig,
+    generator: torch.Generator,
+) -> dict:
     """Advantages (before any re-ordering), old / ref log-probs, then ``cfg.minibatches`` updates."""
     rewards = _apply_process_reward(ro, cfg.process_reward)
     adv = group_advantages(rewards, ro.group, "mean_std", cfg.adv_eps, "sample")
@@ -268,13 +300,23 @@ def grpo_step(policy: TinyToolVLM, ref: TinyToolVLM, opt: torch.optim.Optimizer,
         torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         opt.step()
         losses.append(float(loss.detach()))
-    return {"loss": float(np.mean(losses)), "reward": float(ro.rewards.mean()),
-            "tool_rate": float(ro.called.float().mean()) if ro.called is not None else 0.0}
+    return {
+        "loss": float(np.mean(losses)),
+        "reward": float(ro.rewards.mean()),
+        "tool_rate": float(ro.called.float().mean()) if ro.called is not None else 0.0,
+    }
 
 
-def train_grpo(policy: TinyToolVLM, train: list[ChartSample], cfg: VToolConfig, seed: int,
-               executor: ToolExecutor | None = None, eval_fn: Callable | None = None, eval_every: int = 0,
-               progress: Callable | None = None) -> dict:
+def train_grpo(
+    policy: TinyToolVLM,
+    train: list[ChartSample],
+    cfg: VToolConfig,
+    seed: int,
+    executor: ToolExecutor | None = None,
+    eval_fn: Callable | None = None,
+    eval_every: int = 0,
+    progress: Callable | None = None,
+) -> dict:
     """GRPO from the current policy (the frozen copy at entry is π_ref). Returns history lists."""
     executor = executor or ToolExecutor(version=cfg.version)
     ref = copy.deepcopy(policy).eval()
@@ -287,15 +329,27 @@ def train_grpo(policy: TinyToolVLM, train: list[ChartSample], cfg: VToolConfig, 
     if eval_fn is not None and eval_every:
         hist["eval_step"].append(0)
         hist["eval"].append(eval_fn(policy))
-    it = range(cfg.steps) if progress is None else progress(range(cfg.steps),
-                                                           desc="GRPO " + ("tools" if cfg.use_tools else "text"))
+    it = (
+        range(cfg.steps)
+        if progress is None
+        else progress(range(cfg.steps), desc="GRPO " + ("tools" if cfg.use_tools else "text"))
+    )
     for step in it:
         idx = rng.integers(len(train), size=cfg.n_prompts)
         samples = [train[i] for i in idx for _ in range(cfg.group_size)]
         group = torch.arange(cfg.n_prompts).repeat_interleave(cfg.group_size)
         if cfg.use_tools:
-            ro = rollout_tools(policy, samples, group, executor, cfg.temperature, cfg.round2_temperature,
-                               cfg.version, gen, train_tool_tokens=cfg.train_tool_tokens)
+            ro = rollout_tools(
+                policy,
+                samples,
+                group,
+                executor,
+                cfg.temperature,
+                cfg.round2_temperature,
+                cfg.version,
+                gen,
+                train_tool_tokens=cfg.train_tool_tokens,
+            )
         else:
             ro = rollout_pure(policy, samples, group, cfg.temperature, gen, cfg.version)
         stats = grpo_step(policy, ref, opt, ro, cfg, gen)
