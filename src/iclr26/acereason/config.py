@@ -1,0 +1,233 @@
+"""Typed run configuration of the AceReason reproduction: one frozen dataclass tree per scale."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+__all__ = [
+    "E1Config",
+    "E2Config",
+    "E3Config",
+    "E4Config",
+    "ModelConfig",
+    "PaperConfig",
+    "RLConfig",
+    "RunConfig",
+    "SFTConfig",
+    "TaskConfig",
+    "config_for",
+]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The toy ordered-sum task.
+
+    k_min: fewest items per prompt.
+    k_max: most items per prompt.
+    hard_k_min: the hard split has k in [hard_k_min, k_max].
+    easy_k_max: the easy split (competence gate) has k in [k_min, easy_k_max].
+    p_leftmost: teacher's probability of taking the leftmost unused item (the entropy knob).
+    n_eval: held-out prompts per evaluation split.
+    eval_samples: n of avg@n at evaluation.
+    eval_temperature: inference temperature (paper: 0.6).
+    """
+
+    k_min: int = 2
+    k_max: int = 6
+    hard_k_min: int = 5
+    easy_k_max: int = 4
+    p_leftmost: float = 0.5
+    n_eval: int = 300
+    eval_samples: int = 8
+    eval_temperature: float = 0.6
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The tiny causal LM (core.transformer).
+
+    d_model: residual width.
+    n_layers: blocks.
+    n_heads: attention heads.
+    max_len: longest sequence (prompt 8 + response 15 fit).
+    """
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    max_len: int = 32
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning on teacher responses (paper: 5-6 epochs; the rest is ours).
+
+    epochs: passes over each SFT dataset (compute grows with data, as in the paper).
+    batch_size: sequences per step.
+    lr: peak AdamW learning rate (warmup then cosine).
+    warmup_frac: warmup steps as a fraction of all steps.
+    weight_decay: AdamW weight decay.
+    """
+
+    epochs: int = 6
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_frac: float = 0.05
+    weight_decay: float = 0.01
+
+
+@dataclass(frozen=True)
+class E1Config:
+    """E1, SFT scaling (the paper's v1..v7): datasets of N prompts x R responses.
+
+    n_prompts: N per dataset.
+    n_responses: R per dataset (same length as n_prompts).
+    """
+
+    n_prompts: tuple[int, ...] = (200, 400, 800, 1600, 800, 1600, 1600)
+    n_responses: tuple[int, ...] = (1, 1, 1, 1, 2, 2, 4)
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Strict on-policy GRPO (AceReason 1.0 recipe at toy size).
+
+    steps: RL steps (one update per rollout batch).
+    prompts_per_step: prompts per batch (paper: 128).
+    group_size (G): rollouts per prompt (paper: 8 at the first stage).
+    lr: AdamW learning rate (paper 1e-6 for a 7B model; toy value).
+    grad_clip: max gradient norm (verl default 1.0).
+    k_min: RL prompts have k in [k_min, task.k_max] (hard prompts, as in the later math stages).
+    overlong_filter: truncated responses masked out of the loss (on in stages 1-3).
+    budget: response token budget; 0 = the teacher length for k_max.
+    adv_eps (ε): added to the group std.
+    """
+
+    steps: int = 80
+    prompts_per_step: int = 16
+    group_size: int = 8
+    lr: float = 1e-4
+    grad_clip: float = 1.0
+    k_min: int = 5
+    overlong_filter: bool = True
+    budget: int = 0
+    adv_eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class E2Config:
+    """E2, RL temperature and the entropy rule.
+
+    init_prompts: N of the SFT init (R = 1).
+    temperatures: the fixed-T grid (paper: 0.6, 0.85, 1.0).
+    entropy_target: H_T the calibrator aims at (paper: 0.3 nats).
+    t_min: lower end of the calibration range.
+    t_max: upper end of the calibration range.
+    tol: calibration tolerance on |H_T - target|.
+    calib_prompts: prompts (x G rollouts) per entropy measurement.
+    """
+
+    init_prompts: int = 1600
+    temperatures: tuple[float, ...] = (0.6, 0.85, 1.0, 1.3)
+    entropy_target: float = 0.3
+    t_min: float = 0.3
+    t_max: float = 1.5
+    tol: float = 0.01
+    calib_prompts: int = 64
+
+
+@dataclass(frozen=True)
+class E3Config:
+    """E3, stronger SFT gives stronger RL: the same RL at the calibrated T* from a weak and a strong init.
+
+    weak: (N, R) index into E1's datasets of the weak init.
+    strong: (N, R) index into E1's datasets of the strong init.
+    """
+
+    weak: int = 1
+    strong: int = 6
+
+
+@dataclass(frozen=True)
+class E4Config:
+    """E4 (reported, not claimed): overlong filtering on/off at a tight budget.
+
+    enabled: run it.
+    budget_frac: budget as a fraction of the teacher length for k_max.
+    """
+
+    enabled: bool = True
+    budget_frac: float = 0.6
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """Paper scale: calibrate the RL temperature of a local checkpoint and emit verl overrides per stage.
+
+    model_path: local Hugging Face checkpoint folder (e.g. Qwen2.5-Math-7B after SFT).
+    rl_data: local math RL file (jsonl/parquet rows with problem, answer).
+    stage: stage of the recipe to calibrate for (math-8k, ..., math-32k).
+    calib_prompts: prompts used by the calibrator.
+    calib_samples: rollouts per prompt in each entropy measurement.
+    max_new_tokens: rollout length cap during calibration (the stage budget is used for training).
+    nnodes: verl trainer.nnodes.
+    gpus_per_node: verl trainer.n_gpus_per_node.
+    dtype: model dtype for calibration ("bfloat16" on GPU).
+    """
+
+    model_path: str = ""
+    rl_data: str = ""
+    stage: str = "math-8k"
+    calib_prompts: int = 64
+    calib_samples: int = 4
+    max_new_tokens: int = 2048
+    nnodes: int = 1
+    gpus_per_node: int = 8
+    dtype: str = "bfloat16"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that changes a result of one run.
+
+    task: the toy task.
+    model: the tiny causal LM.
+    sft: supervised fine-tuning.
+    e1: SFT scaling datasets.
+    rl: GRPO settings shared by E2-E4.
+    e2: temperature grid and calibrator.
+    e3: weak / strong inits.
+    e4: overlong filtering study.
+    workers: processes running jobs in parallel (one torch thread each).
+    paper: paper-scale settings.
+    """
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    e1: E1Config = field(default_factory=E1Config)
+    rl: RLConfig = field(default_factory=RLConfig)
+    e2: E2Config = field(default_factory=E2Config)
+    e3: E3Config = field(default_factory=E3Config)
+    e4: E4Config = field(default_factory=E4Config)
+    workers: int = 2
+    paper: PaperConfig = field(default_factory=PaperConfig)
+
+
+def config_for(scale: str) -> RunConfig:
+    """small = the defaults; smoke shrinks every size; paper keeps the defaults and reads ``paper``."""
+    base = RunConfig()
+    if scale == "smoke":
+        return replace(
+            base,
+            task=replace(base.task, n_eval=24, eval_samples=2),
+            model=replace(base.model, d_model=32),
+            sft=replace(base.sft, epochs=1),
+            e1=E1Config(n_prompts=(40, 80, 40, 80), n_responses=(1, 1, 2, 2)),
+            rl=replace(base.rl, steps=3, prompts_per_step=4, group_size=4),
+            e2=replace(base.e2, init_prompts=80, temperatures=(0.6, 1.0), calib_prompts=8, tol=0.05),
+            e3=E3Config(weak=0, strong=3),
+            workers=1,
+        )
+    return base
