@@ -37,7 +37,7 @@ def _c3(m: dict) -> bool:
 
 
 def _c4(m: dict) -> bool:
-    return m["a"] > m["b"] > 0 and m["r2"] >= C4_R2 and m["acc_1600x1"] > m["acc_800x2"]
+    return m["a"] > m["b"] > 0 and m["r2"] >= C4_R2 and m["acc_2n_x1"] > m["acc_n_x2"]
 
 
 CLAIMS = (
@@ -69,9 +69,11 @@ CLAIMS = (
     Claim(
         "C4",
         "SFT scaling: more prompts and more responses both help, prompts more "
-        "(z = a std(log2 N) + b std(log2 R) + c over the 7 datasets), and (1600,1) beats (800,2)",
+        "(z = a std(log2 N) + b std(log2 R) + c over the 7 datasets), and (1600,1) beats (800,2) "
+        "at equal sample count",
         {"a": 4.831, "b": 2.635, "r2": 0.989},
-        "a > b > 0 and R^2 >= 0.7 (fit on seed-mean accuracies) and acc(1600,1) > acc(800,2)",
+        "a > b > 0 and R^2 >= 0.7 (fit on seed-mean accuracies) and acc(2N, 1) > acc(N, 2) "
+        "for the largest such pair (1600x1 vs 800x2)",
         _c4,
     ),
 )

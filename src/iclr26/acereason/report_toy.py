@@ -136,13 +136,17 @@ def _e1(cfg: RunConfig, sft: list) -> dict:
         pts = [(o["n"], o["r"], o["hard"]["acc"]) for o in sft if o["seed"] == s]
         f = sft_scaling_regression(pts)
         per_seed[str(s)] = {"a": f.a, "b": f.b, "r2": f.r2}
+    # equal sample count: the most prompts at R = 1 against half as many prompts at R = 2
+    pairs = [n for (n, r) in per if r == 1 and (n // 2, 2) in per]
+    n1 = max(pairs) if pairs else 0
     c4 = {
         "a": fit.a,
         "b": fit.b,
         "c": fit.c,
         "r2": fit.r2,
-        "acc_1600x1": _m(per.get((1600, 1), [float("nan")])),
-        "acc_800x2": _m(per.get((800, 2), [float("nan")])),
+        "pair": f"{n1}x1 vs {n1 // 2}x2",
+        "acc_2n_x1": _m(per.get((n1, 1), [float("nan")])),
+        "acc_n_x2": _m(per.get((n1 // 2, 2), [float("nan")])),
     }
     rows = {f"{n}x{r}": mean_std(v) for (n, r), v in per.items()}
     return {"c4": c4, "per_dataset": rows, "per_seed_fit": per_seed, "points": points}
