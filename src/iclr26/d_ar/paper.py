@@ -1,0 +1,280 @@
+"""Paper scale: the released D-AR checkpoints, class-conditional ImageNet 256 samples and FID.
+
+    torchrun --nproc_per_node 8 -m iclr26.cli run d_ar --scale paper \\
+        --set paper.tokenizer_ckpt=/ckpt/D-AR-tokenizer_v1.pt --set paper.gpt_ckpt=/ckpt/D-AR-L-360K.pt \\
+        --set paper.fid_ref=/data/VIRTUAL_imagenet256_labeled.npz --set paper.inception_weights=/ckpt/pt_inception.pth
+
+Checkpoint formats (official ``dar_tool.load_visual_tokenizer`` and ``train_c2i_accelerate``): a dict with
+``config`` (the tokenizer's yaml as a dict, key ``model``) and ``ema`` and/or ``model`` state dicts;
+the AR file holds ``model`` / ``ema`` / ``module`` or the bare state dict. Our module names equal the
+official ones, so loading is strict: a missing or unexpected key, or a shape that contradicts the
+config, is an error that lists them.
+
+Generation (official ``sample_c2i_ddp.py`` + ``generate.py``): 50k images, labels i mod 1000, CFG
+schedule linspace(1.2, 8.0, 256), temperature 1, top-k 0, top-p 1, 8-step AB2 pixel decoding. Work is
+cut into shards of ``shard_size`` images; shard s belongs to rank s mod world and is written
+atomically, so a restarted run skips finished shards (a crash loses only unfinished ones).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .gpt import Transformer, generate, gpt_preset
+from .tokenizer import TokenizerConfig, VQModel
+
+STATE_KEYS = ("ema", "model", "module", "state_dict")
+
+
+def _read(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file (nothing is downloaded)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})") from None
+
+
+def _state(ckpt: dict, path) -> dict:
+    for key in STATE_KEYS:
+        if key in ckpt and isinstance(ckpt[key], dict):
+            state = ckpt[key]
+            break
+    else:
+        state = ckpt
+    out = {}
+    for k, v in state.items():
+        for prefix in ("_orig_mod.", "module."):
+            k = k[len(prefix) :] if k.startswith(prefix) else k
+        out[k] = v
+    if not all(isinstance(v, torch.Tensor) for v in out.values()):
+        raise ValueError(f"{path}: no state dict found under {STATE_KEYS} or at the top level")
+    return out
+
+
+def load_strict(model: torch.nn.Module, state: dict, path) -> None:
+    """Load every tensor or raise ValueError listing missing / unexpected keys and shape mismatches."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(
+        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in set(own) & set(state)
+        if tuple(own[k].shape) != tuple(state[k].shape)
+    )
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{path}: checkpoint does not match the model: missing {missing[:20]} ({len(missing)}), "
+            f"unexpected {unexpected[:20]} ({len(unexpected)}), shape mismatches {shapes[:20]} "
+            f"({len(shapes)}): the config is at odds with the weights"
+        )
+    model.load_state_dict(state, strict=True)
+
+
+def load_tokenizer(path: str | Path, device: str = "cpu") -> VQModel:
+    """The released tokenizer: its embedded config (official keys) and its EMA weights if present."""
+    ckpt = _read(path)
+    if "config" not in ckpt or "model" not in ckpt["config"]:
+        raise ValueError(f"{path}: tokenizer checkpoint lacks config['model'] (official layout)")
+    cfg = TokenizerConfig.from_official(dict(ckpt["config"]["model"]))
+    model = VQModel(cfg)
+    load_strict(model, _state(ckpt, path), path)
+    return model.to(device).eval()
+
+
+def load_gpt(path: str | Path, preset: str, vocab_size: int, block_size: int, device: str = "cpu") -> Transformer:
+    """A released AR checkpoint into the LlamaGen-named :class:`Transformer` of ``preset``."""
+    model = Transformer(gpt_preset(preset, vocab_size=vocab_size, block_size=block_size))
+    load_strict(model, _state(_read(path), path), path)
+    return model.to(device).eval()
+
+
+def shard_ids(num_samples: int, shard_size: int, rank: int, world: int) -> list[int]:
+    """Shards of rank ``rank``: s = rank, rank + world, ... (disjoint, covering all shards)."""
+    n_shards = -(-num_samples // shard_size)
+    return list(range(rank, n_shards, world))
+
+
+def to_uint8(images: torch.Tensor) -> np.ndarray:
+    """[-1, 1] float [B, C, H, W] -> uint8 [B, H, W, C] (the ADM evaluator's sample format)."""
+    x = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return x.permute(0, 2, 3, 1).cpu().numpy()
+
+
+def generate_shard(
+    tok: VQModel,
+    ar: Transformer,
+    shard: int,
+    num_samples: int,
+    shard_size: int,
+    batch: int,
+    cfg_scale: tuple[float, float],
+    seed: int,
+    device,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images and labels of one shard (labels i mod num_classes, seeded per shard and batch)."""
+    lo, hi = shard * shard_size, min(num_samples, (shard + 1) * shard_size)
+    imgs, labels = [], []
+    for b0 in range(lo, hi, batch):
+        y = (torch.arange(b0, min(hi, b0 + batch)) % ar.config.num_classes).to(device)
+        g = torch.Generator().manual_seed(seed * 1_000_003 + b0)
+        z = generate(ar, y, cfg_scale=cfg_scale, generator=g)
+        imgs.append(to_uint8(tok.decode_code(z, generator=g)))
+        labels.append(y.cpu().numpy())
+    return np.concatenate(imgs), np.concatenate(labels)
+
+
+def write_shards(
+    tok,
+    ar,
+    out_dir: Path,
+    num_samples: int,
+    shard_size: int,
+    batch: int,
+    cfg_scale,
+    seed: int,
+    rank: int,
+    world: int,
+    device,
+) -> list[Path]:
+    """Generate this rank's missing shards; each is written to a temporary name and renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = []
+    for s in shard_ids(num_samples, shard_size, rank, world):
+        path = out_dir / f"samples_{s:05d}.npz"
+        if not path.exists():
+            imgs, labels = generate_shard(tok, ar, s, num_samples, shard_size, batch, cfg_scale, seed, device)
+            tmp = out_dir / f".samples_{s:05d}.{rank}.tmp.npz"
+            np.savez(tmp, arr_0=imgs, labels=labels)
+            os.replace(tmp, path)
+        done.append(path)
+    return done
+
+
+def iter_image_folder(root: str | Path, size: int, skipped: list[str]) -> Iterator[tuple[np.ndarray, str]]:
+    """(uint8 [size, size, 3], class folder) for each readable image under root/<class>/*; an
+    unreadable file is skipped and its path appended to ``skipped``."""
+    from PIL import Image
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such image folder")
+    for cls in sorted(p for p in root.iterdir() if p.is_dir()):
+        for f in sorted(cls.iterdir()):
+            try:
+                with Image.open(f) as im:
+                    im = im.convert("RGB")
+                    s = min(im.size)  # centre crop then resize (ADM preprocessing)
+                    left, top = (im.size[0] - s) // 2, (im.size[1] - s) // 2
+                    im = im.crop((left, top, left + s, top + s)).resize((size, size), Image.BICUBIC)
+                    yield np.asarray(im, dtype=np.uint8), cls.name
+            except Exception:  # unreadable / not an image: skipped and counted
+                skipped.append(str(f))
+
+
+def reference_stats(ref: str | Path, features_fn) -> tuple[np.ndarray, np.ndarray]:
+    """(mu, sigma) from an ADM reference .npz (keys mu / sigma) or from images in it / in a folder."""
+    ref = Path(ref)
+    if ref.suffix == ".npz":
+        with np.load(ref) as z:
+            if "mu" in z and "sigma" in z:
+                return z["mu"], z["sigma"]
+            imgs = z["arr_0"]
+    else:
+        skipped: list[str] = []
+        imgs = np.stack([im for im, _ in iter_image_folder(ref, 256, skipped)])
+    f = features_fn(imgs)
+    return f.mean(0), np.cov(f, rowvar=False)
+
+
+def inception_features_fn(weights: str | Path, device, batch: int = 200):
+    """uint8 [n, H, W, 3] -> Inception pool features [n, 2048] with torch-fidelity's FID Inception
+    loaded from a local weights file (nothing downloads)."""
+    try:
+        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+    except ImportError as exc:
+        raise RuntimeError("FID needs torch-fidelity (pip install torch-fidelity)") from exc
+    if not Path(weights).is_file():
+        raise FileNotFoundError(f"{weights}: no Inception weights file (nothing is downloaded)")
+    net = (
+        FeatureExtractorInceptionV3("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(weights))
+        .to(device)
+        .eval()
+    )
+
+    def features(imgs: np.ndarray) -> np.ndarray:
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(imgs), batch):
+                x = torch.from_numpy(imgs[i : i + batch]).permute(0, 3, 1, 2).contiguous().to(device)
+                out.append(net(x)[0].double().cpu().numpy())
+        return np.concatenate(out)
+
+    return features
+
+
+def fid_from_shards(paths: list[Path], ref: str | Path, features_fn) -> dict:
+    """FID of all shard images against the reference statistics."""
+    from .data import frechet_from_stats
+
+    imgs = np.concatenate([np.load(p)["arr_0"] for p in sorted(paths)])
+    f = features_fn(imgs)
+    mu_r, s_r = reference_stats(ref, features_fn)
+    return {"fid": frechet_from_stats(f.mean(0), np.cov(f, rowvar=False), mu_r, s_r), "n_samples": int(len(imgs))}
+
+
+def run_paper(ctx, cfg):
+    """Load the released models, write this rank's shards, and (rank 0, after all ranks) the FID."""
+    from iclr26.core.experiment import RunOutput
+    from iclr26.core.train import setup_distributed
+
+    p = cfg.paper
+    rank, world = setup_distributed()
+    device = cfg.device
+    if device.startswith("cuda"):
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    tok = load_tokenizer(ctx.require_path("paper.tokenizer_ckpt"), device)
+    ar = load_gpt(
+        ctx.require_path("paper.gpt_ckpt"), p.gpt_model, tok.cfg.vq_codebook_size, tok.cfg.num_all_queries, device
+    )
+    out_dir = Path(p.out_dir) if p.out_dir else ctx.out_dir / "samples"
+    seed = ctx.seeds[0]
+    paths = write_shards(
+        tok,
+        ar,
+        out_dir,
+        p.num_samples,
+        p.shard_size,
+        p.per_rank_batch,
+        tuple(cfg.eval.cfg_scale),
+        seed,
+        rank,
+        world,
+        device,
+    )
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+    metrics: dict = {"rank": rank, "world": world, "shards_this_rank": len(paths), "sample_dir": str(out_dir)}
+    if rank == 0 and p.fid_ref and p.inception_weights:
+        all_paths = sorted(out_dir.glob("samples_*.npz"))
+        metrics.update(
+            fid_from_shards(
+                all_paths,
+                ctx.require_path("paper.fid_ref"),
+                inception_features_fn(ctx.require_path("paper.inception_weights"), device),
+            )
+        )
+    return RunOutput(
+        metrics=metrics,
+        measured={},
+        notes=["paper scale: generation + FID only; claims need the reversed-order AR, which is not released"],
+    )
