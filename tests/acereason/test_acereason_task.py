@@ -1,0 +1,73 @@
+"""The toy task, its reward, and the KV-cached sampler."""
+
+import math
+import random
+
+import torch
+
+from iclr26.acereason.config import ModelConfig
+from iclr26.acereason.sampling import cached_generate
+from iclr26.acereason.task import EOS, HASH, PAD, Q, ToyTask, response_reward
+from iclr26.acereason.toy import build_model, pass_at_k
+from iclr26.core.transformer import generate
+
+
+def test_teacher_responses_are_correct_and_well_formed():
+    task, rng = ToyTask(), random.Random(0)
+    for _ in range(200):
+        items = task.random_items(rng)
+        resp = task.teacher(items, rng)
+        assert len(resp) == 2 * len(items) + 3 and resp[-3:] == [HASH, sum(items) % 10, EOS]
+        assert sorted(resp[0 : 2 * len(items) : 2]) == sorted(items)  # each item used once
+        running = [sum(resp[0 : 2 * j + 1 : 2]) % 10 for j in range(len(items))]
+        assert resp[1 : 2 * len(items) : 2] == running
+        assert response_reward(items, resp) == (1.0, False)
+
+
+def test_p_leftmost_one_gives_the_prompt_order_and_half_gives_branching():
+    rng = random.Random(1)
+    items = (3, 1, 4, 1, 5)
+    assert ToyTask(p_leftmost=1.0).teacher(items, rng)[0:10:2] == list(items)
+    orders = {tuple(ToyTask(p_leftmost=0.5).teacher(items, rng)[0:10:2]) for _ in range(200)}
+    assert len(orders) > 5
+
+
+def test_reward_wrong_truncated_and_malformed():
+    items = (2, 3)
+    assert response_reward(items, [2, 2, 3, 5, HASH, 4, EOS]) == (0.0, False)
+    assert response_reward(items, [2, 2, 3, 5, HASH, 5]) == (0.0, True)  # no EOS: truncated
+    assert response_reward(items, [2, 2, 3, 5, 5, EOS]) == (0.0, False)  # no '#'
+    assert response_reward(items, [HASH, 5, EOS, PAD, PAD]) == (1.0, False)
+
+
+def test_encoding_left_pads_prompts_and_masks_responses():
+    task = ToyTask()
+    p = task.encode_prompts([(1, 2), (1, 2, 3, 4, 5, 6)])
+    assert p.shape == (2, 8) and p[0].tolist() == [PAD] * 4 + [Q, 1, 2, 12]
+    tokens, mask = task.encode_sft([(1, 2)], [[1, 1, 2, 3, HASH, 3, EOS]])
+    assert mask[0].tolist() == [0.0] * 8 + [1.0] * 7 + [0.0] * 8 and tokens.shape == (1, 23)
+
+
+def test_prompts_are_distinct_and_exclude_held_out():
+    task, rng = ToyTask(), random.Random(2)
+    held = set(task.prompts(50, rng, (2, 2)))
+    train = task.prompts(40, rng, (2, 2), exclude=held)
+    assert len(set(train)) == 40 and not set(train) & held
+
+
+def test_cached_sampler_matches_core_generate():
+    model = build_model(ModelConfig(d_model=32), 0).eval()
+    prompt = torch.randint(0, 15, (16, 8), generator=torch.Generator().manual_seed(0))
+    for t in (0.0, 0.7, 1.3):
+        a = generate(
+            model, prompt, 10, temperature=t, eos_id=EOS, generator=torch.Generator().manual_seed(1), pad_id=PAD
+        )
+        b = cached_generate(
+            model, prompt, 10, temperature=t, eos_id=EOS, generator=torch.Generator().manual_seed(1), pad_id=PAD
+        )
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_pass_at_k_hand_values():
+    assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 5, 4) == 1.0
+    assert math.isclose(pass_at_k(8, 2, 1), 0.25) and math.isclose(pass_at_k(4, 1, 2), 0.5)
