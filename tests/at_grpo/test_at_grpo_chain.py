@@ -1,6 +1,7 @@
 """Chain-MDP mechanism test: exact gradient, estimators, AT beats trajectory grouping in alignment."""
 
 import numpy as np
+import pytest
 
 from iclr26.at_grpo.chain_mdp import (
     ChainMDPConfig,
@@ -9,6 +10,8 @@ from iclr26.at_grpo.chain_mdp import (
     gradient_alignment,
     trajectory_estimate,
 )
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def J(theta, w, a_star):

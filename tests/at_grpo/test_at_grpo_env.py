@@ -14,13 +14,11 @@ from iclr26.at_grpo.plan_path import (
     parse_text_response,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 CFG = PlanPathConfig(size=5)
 # agent A at (2, 0), goal G at (2, 4): Manhattan 4, shortest path 4 along row 2
-LAYOUT = ["#....",
-          ".#...",
-          "A...G",
-          ".....",
-          "....."]
+LAYOUT = ["#....", ".#...", "A...G", ".....", "....."]
 
 
 def batch(n=1, layout=LAYOUT, cfg=CFG):
@@ -105,11 +103,7 @@ def test_tool_errors():
 
 
 def test_bfs_horizon_and_detour():
-    layout = ["A#G..",
-              ".#...",
-              ".#...",
-              ".....",
-              "....."]
+    layout = ["A#G..", ".#...", ".#...", ".....", "....."]
     env = batch(layout=layout)
     env.step("tool", np.array([[TOK["BFS"], TOK["0"], TOK["2"], TOK["H2"]]]))
     assert env.tool_list[0].tolist() == [1, 1, -1]  # D D (around the wall), horizon 2

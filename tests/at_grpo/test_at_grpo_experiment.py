@@ -10,6 +10,8 @@ from iclr26.at_grpo.plan_path import PlanPathBatch, PlanPathConfig, env_seeds
 from iclr26.at_grpo.policy import HFPolicy
 from iclr26.core.experiment import ExperimentError, run_experiment
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _check_results(out_dir):
     res = json.loads((out_dir / "results.json").read_text())
@@ -40,10 +42,21 @@ def test_paper_scale_path_with_tiny_random_hf_model(tmp_path):
 
     model_dir = tmp_path / "tiny"
     tiny_random_causal_lm(model_dir, hidden=16, layers=1, heads=2, max_positions=256)
-    opts = {"model_path": str(model_dir), "size": "4", "max_turns": "1", "K": "2", "envs_per_step": "1",
-            "budget": "4", "eval_every": "4", "n_test": "2", "arms": "mas_grpo,at_grpo", "max_new_tokens": "6"}
-    rec = run_experiment(EXPERIMENT, "paper", seeds=[0], out_root=tmp_path / "runs", options=opts,
-                         show_progress=False)
+    opts = {
+        "llm.model_path": str(model_dir),
+        "llm.dtype": "float32",
+        "env.size": "4",
+        "schedule.max_turns": "1",
+        "method.K": "2",
+        "schedule.envs_per_step": "1",
+        "schedule.budget": "4",
+        "schedule.eval_every": "4",
+        "schedule.n_test": "2",
+        "schedule.arms": "mas_grpo,at_grpo",
+        "llm.max_new_tokens": "6",
+        "llm.micro_batch_size": "1",
+    }
+    rec = run_experiment(EXPERIMENT, "paper", seeds=[0], out_root=tmp_path / "runs", options=opts, show_progress=False)
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert res["metrics"]["steps"]["at_grpo"] == [1]
     names = {c["name"]: c for c in res["claims"]}
@@ -73,3 +86,73 @@ def test_hf_policy_logprobs_match_generation():
 def test_small_run(tmp_path):
     rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
     _check_results(rec.out_dir)
+
+
+def test_hf_policy_honours_the_sampling_generator():
+    pytest.importorskip("transformers")
+    from iclr26.core.hf import tiny_random_causal_lm
+
+    model, tok = tiny_random_causal_lm(hidden=16, layers=1, heads=2, max_positions=256)
+    pol = HFPolicy(model, tok, max_new_tokens=6, micro_batch_size=2)
+    env = PlanPathBatch(PlanPathConfig(size=4), env_seeds(PlanPathConfig(size=4), "train", range(3)), 2)
+    obs = env.observe("tool", 0, kind="text")
+    a = pol.act(obs, "tool", generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(123)  # the global RNG must not matter
+    b = pol.act(obs, "tool", generator=torch.Generator().manual_seed(5))
+    c = pol.act(obs, "tool", generator=torch.Generator().manual_seed(6))
+    assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+    m = a.mask.bool()  # micro-batched recomputation of pi_old matches generation
+    torch.testing.assert_close(a.logp[m], a.gen_logp[m], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.dist
+def test_torchrun_two_gloo_processes_two_updates(tmp_path):
+    pytest.importorskip("transformers")
+    import os
+    import subprocess
+    import sys
+
+    from iclr26.core.hf import tiny_random_causal_lm
+
+    model_dir = tmp_path / "tiny"
+    tiny_random_causal_lm(model_dir, hidden=16, layers=1, heads=2, max_positions=256)
+    sets = {
+        "llm.model_path": str(model_dir),
+        "llm.dtype": "float32",
+        "llm.max_new_tokens": "5",
+        "llm.micro_batch_size": "2",
+        "env.size": "4",
+        "schedule.max_turns": "1",
+        "method.K": "2",
+        "schedule.envs_per_step": "2",
+        "schedule.budget": "16",
+        "schedule.eval_every": "1000",
+        "schedule.n_test": "2",
+        "method.lr": "1e-3",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=0",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:0",
+        "-m",
+        "iclr26.at_grpo.paper_run",
+        "--arm",
+        "at_grpo",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "out"),
+        *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")],
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out" / "result.json").read_text())
+    # 2 envs x K=2 x (tool + plan) = 8 samples per update over both ranks: budget 16 = two updates
+    assert res["world"] == 2 and res["steps"] == 2
+    a, b = res["weight_checksums"]
+    assert a.keys() == {"tool", "plan"} and a == b  # gradients averaged: both ranks hold the same weights

@@ -8,13 +8,24 @@ from iclr26.at_grpo.at_grpo import ATGRPOConfig, compute_advantages, group_filte
 from iclr26.at_grpo.rollout import Rollout, SampleChunk, best_branch, mixed_reward
 from iclr26.core.grpo import contiguous_group_keys, group_advantages
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def chunk(agent, turn, env, branch, reward):
     m = len(env)
-    return SampleChunk(agent=agent, turn=turn, env=np.asarray(env), branch=np.asarray(branch),
-                       obs=torch.zeros(m, 3), tokens=torch.zeros(m, 4, dtype=torch.long), mask=torch.ones(m, 4),
-                       logp=torch.zeros(m, 4), local=np.asarray(reward, float), team=np.zeros(m),
-                       reward=np.asarray(reward, float))
+    return SampleChunk(
+        agent=agent,
+        turn=turn,
+        env=np.asarray(env),
+        branch=np.asarray(branch),
+        obs=torch.zeros(m, 3),
+        tokens=torch.zeros(m, 4, dtype=torch.long),
+        mask=torch.ones(m, 4),
+        logp=torch.zeros(m, 4),
+        local=np.asarray(reward, float),
+        team=np.zeros(m),
+        reward=np.asarray(reward, float),
+    )
 
 
 def tree_rollout_by_hand():
@@ -42,8 +53,14 @@ def test_at_keys_form_the_expected_groups():
     groups = {}
     for k in keys:
         groups[k] = groups.get(k, 0) + 1
-    assert groups == {(0, "tool", 0): 3, (1, "tool", 0): 3, (0, "plan", 0): 3, (1, "plan", 0): 3,
-                      (0, "tool", 1): 3, (0, "plan", 1): 3}
+    assert groups == {
+        (0, "tool", 0): 3,
+        (1, "tool", 0): 3,
+        (0, "plan", 0): 3,
+        (1, "plan", 0): 3,
+        (0, "tool", 1): 3,
+        (0, "plan", 1): 3,
+    }
     assert set(group_keys(env, agent, turn, ("env",))) == {(0,), (1,)}
     # the official tree-mode key (env // K, turn, agent) merges K neighbouring envs
     merged = group_keys(env, agent, turn, code_merge_k=3)
@@ -57,8 +74,9 @@ def test_at_advantages_equal_hand_computed_values():
     np.testing.assert_allclose(b.adv[0], [-1 / (1 + eps), 0, 1 / (1 + eps), 0, 0, 0], atol=1e-12)
     # plan turn 0: env 0 (5,5,8): mean 6, std sqrt(3); env 1 (-2,1,4): mean 1, std 3
     s = np.sqrt(3.0)
-    np.testing.assert_allclose(b.adv[1], [-1 / (s + eps), -1 / (s + eps), 2 / (s + eps),
-                                          -3 / (3 + eps), 0, 3 / (3 + eps)], atol=1e-9)
+    np.testing.assert_allclose(
+        b.adv[1], [-1 / (s + eps), -1 / (s + eps), 2 / (s + eps), -3 / (3 + eps), 0, 3 / (3 + eps)], atol=1e-9
+    )
     np.testing.assert_allclose(b.adv[2], [0, 0, 0])
     np.testing.assert_allclose(b.adv[3], [-10 / (10 + eps), 0, 10 / (10 + eps)], atol=1e-9)
     assert b.n_groups == 6 and b.n_kept == 18
@@ -88,18 +106,23 @@ def test_reduction_to_vanilla_grpo_with_one_agent_one_turn():
 
 def test_trajectory_grouping_all_turns_and_last_turn():
     # env 0, K = 2 independent trajectories; traj 0 has 2 turns, traj 1 one turn
-    chunks = [chunk("tool", 0, [0, 0], [0, 1], [1.0, 0.0]), chunk("plan", 0, [0, 0], [0, 1], [2.0, 0.0]),
-              chunk("tool", 1, [0], [0], [1.0]), chunk("plan", 1, [0], [0], [3.0])]
+    chunks = [
+        chunk("tool", 0, [0, 0], [0, 1], [1.0, 0.0]),
+        chunk("plan", 0, [0, 0], [0, 1], [2.0, 0.0]),
+        chunk("tool", 1, [0], [0], [1.0]),
+        chunk("plan", 1, [0], [0], [3.0]),
+    ]
     ro = Rollout(chunks=chunks, n_envs=1, K=2)
     b = compute_advantages(ro, ATGRPOConfig(K=2, rollout_mode="no_tree"))
     # returns R0 = 7, R1 = 0 -> advantages +-(3.5 / (std + eps)) with sample std 4.95
     a = 3.5 / (np.std([7.0, 0.0], ddof=1) + 1e-6)
     np.testing.assert_allclose(flat(b), [a, -a, a, -a, a, a], atol=1e-9)
     b2 = compute_advantages(ro, ATGRPOConfig(K=2, rollout_mode="no_tree", traj_samples="last_turn"))
-    # last-turn samples: traj 1's turn 0 (rewards 0, 0) and traj 0's turn 1 (1, 3), one group (env 0)
+    # official _assign_consistent_uids (no_tree): keep the samples of the env's maximum turn over its K
+    # trajectories: turn 1 of traj 0 only (traj 1 ended at turn 0 and contributes nothing); one group (env 0)
     kept = [(j, list(r)) for j, r in enumerate(b2.rows) if len(r)]
-    assert kept == [(0, [1]), (1, [1]), (2, [0]), (3, [0])]
-    r = np.array([0.0, 0.0, 1.0, 3.0])
+    assert kept == [(2, [0]), (3, [0])]
+    r = np.array([1.0, 3.0])
     np.testing.assert_allclose(flat(b2), (r - r.mean()) / (r.std(ddof=1) + 1e-6), atol=1e-9)
 
 
@@ -113,9 +136,32 @@ def test_group_filter_modes():
     # mean 3.25: |deviation| 3.25, 2.25, 1.25, 6.75 -> drop the 2 most deviating (10 and 0)
     keep = group_filter(np.array([0, 1, 2, 10.0]), [0] * 4, "uid", 0.5)
     assert keep.tolist() == [False, True, True, False]
-    keep = group_filter(r, keys, "std", 0.4)  # drop the 2 lowest-variance groups (1 and 4)
+    # std: Var_g / range_g^2 of each group's own rewards: 0.25 for every 2-sample group with a spread, 0 for
+    # constant groups -> drop floor(0.4 * 5) = 2: the constant groups 1 and 4
+    keep = group_filter(r, keys, "std", 0.4)
     assert keep.tolist() == [True, True, False, False, True, True, True, True, False, False]
+    # each group's own range (official range_normalized_variance), not the batch range: (0, 5, 10) scores
+    # (50/3)/100 = 1/6 and (0, 0, 1) scores (2/9)/1 = 2/9, so the first group goes (the batch range 10 would
+    # score the second 0.0022 and drop it instead)
+    r3 = np.array([0.0, 5.0, 10.0, 0.0, 0.0, 1.0])
+    keep = group_filter(r3, [0] * 3 + [1] * 3, "std", 0.5)
+    assert keep.tolist() == [False] * 3 + [True] * 3
+    # mean: a group of one sample scores 0 (official code), so it can be dropped before a negative-mean group
+    keep = group_filter(np.array([5.0, -1.0, -1.0]), [0, 1, 1], "mean", 0.5)
+    assert keep.tolist() == [True, False, False]
     assert group_filter(r, keys, None).all()
+
+
+def test_filter_runs_per_policy():
+    # per-role: tool and plan samples are separate trainer batches, 50% of EACH policy's groups are dropped
+    ro = tree_rollout_by_hand()
+    sigma = {"tool": "tool", "plan": "plan"}
+    b = compute_advantages(ro, ATGRPOConfig(K=3, filter_method="mean", filter_ratio=0.5), sigma)
+    # tool groups: t0e0 mean 2, t0e1 0, t1e0 2 -> drop floor(1.5) = 1: t0e1; plan: p0e0 6, p0e1 1, p1e0 10 -> p0e1
+    assert [r.tolist() for r in b.rows] == [[0, 1, 2], [0, 1, 2], [0, 1, 2], [0, 1, 2]]
+    # shared policy: all 6 groups in one batch, drop 3 (see the next test)
+    b1 = compute_advantages(ro, ATGRPOConfig(K=3, filter_method="mean", filter_ratio=0.5), {"tool": "s", "plan": "s"})
+    assert [len(r) for r in b1.rows] == [0, 3, 3, 3]
 
 
 def test_filter_is_applied_before_the_advantage():

@@ -9,6 +9,8 @@ from iclr26.at_grpo.plan_path import PlanPathBatch, PlanPathConfig, env_seeds
 from iclr26.at_grpo.policy import Act, TinyPolicy
 from iclr26.at_grpo.rollout import Workflow, rollout
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 class FakeEnv:
     """Counter environment: state = running sum of actions; reward = the action value; done at `goal`."""
@@ -61,8 +63,9 @@ class ScriptedPolicy:
         a = self.script[self.calls % len(self.script)]
         self.calls += 1
         n = len(a)
-        return Act(responses=a, tokens=torch.zeros(n, 1, dtype=torch.long), mask=torch.ones(n, 1),
-                   logp=torch.zeros(n, 1))
+        return Act(
+            responses=a, tokens=torch.zeros(n, 1, dtype=torch.long), mask=torch.ones(n, 1), logp=torch.zeros(n, 1)
+        )
 
 
 def test_tree_branches_groups_and_greedy_selection():
@@ -78,11 +81,14 @@ def test_tree_branches_groups_and_greedy_selection():
         for e in range(E):  # every (env, agent, turn) node has exactly K siblings
             assert (c.env == e).sum() == K and sorted(c.branch[c.env == e]) == list(range(K))
     assert ro.n_samples <= E * len(wf.agents) * T * K
-    best = [[1, 0], [2, 0], [0, 2], [2, 0]]
+    # one selection per turn, by the FIRST agent's reward (the official per-agent loop: after the first
+    # selection every branch is a copy, so the later argmax picks index 0); ties go to the first index
+    best = [[1, 0], [0, 2]]  # turn 0 by script[0], turn 1 by script[2]
+    assert len(env.selections) == T
     for sel, b in zip(env.selections, best, strict=True):
         assert sel.tolist() == [b[0]] * K + [K + b[1]] * K
-    # the continuing state is the sum of the selected branches' actions
-    assert env.total.tolist() == [5 + 9 + 4 + 3] * K + [2 + 3 + 9 + 3] * K
+    # the continuing state: both agents' actions of the selected branch, per turn
+    assert env.total.tolist() == [(5 + 0) + (4 + 1)] * K + [(2 + 3) + (9 + 1)] * K
 
 
 def test_greedy_off_continues_from_branch_zero():
@@ -96,14 +102,16 @@ def test_episode_stops_at_first_selected_done():
     pol = ScriptedPolicy([[3, 10, 1]])
     env = FakeEnv(3, goal=10)
     ro = rollout(env, 1, 3, Workflow(("tool", "plan"), 5), {"p": pol}, {"tool": "p", "plan": "p"})
-    assert len(ro.chunks) == 1 and ro.success.tolist() == [True]
+    # turn 0: the tool's branch 1 reaches the goal; the planner acts only on the live branches 0 and 2;
+    # the selected branch (1) is done, so the episode stops after one turn
+    assert [c.agent for c in ro.chunks] == ["tool", "plan"] and ro.chunks[1].branch.tolist() == [0, 2]
+    assert ro.success.tolist() == [True]
 
 
 def test_independent_mode_never_copies_states():
     pol = ScriptedPolicy([[1, 2, 3, 4]])
     env = FakeEnv(4)
-    ro = rollout(env, 2, 2, Workflow(("tool", "plan"), 2), {"p": pol}, {"tool": "p", "plan": "p"},
-                 mode="independent")
+    ro = rollout(env, 2, 2, Workflow(("tool", "plan"), 2), {"p": pol}, {"tool": "p", "plan": "p"}, mode="independent")
     assert env.selections == [] and env.total.tolist() == [4, 8, 12, 16]
     assert ro.n_samples == 4 * 4
 
@@ -125,8 +133,10 @@ def test_step_and_score_use_the_same_object_and_code_env_copy_diverges():
 
 
 def test_parallel_visibility_builds_all_observations_before_stepping():
-    for vis, expected in (("sequential", ["observe", "step", "observe", "step"]),
-                          ("parallel", ["observe", "observe", "step", "step"])):
+    for vis, expected in (
+        ("sequential", ["observe", "step", "observe", "step"]),
+        ("parallel", ["observe", "observe", "step", "step"]),
+    ):
         log = []
         env = FakeEnv(2, log=log)
         wf = Workflow(("tool", "plan"), 1, intra_turn_visibility=vis)
@@ -150,12 +160,19 @@ def test_tree_on_plan_path_all_branches_equal_after_each_step():
     od = PlanPathBatch.obs_dim(5, T)
     torch.manual_seed(0)
     pols = {"tool": TinyPolicy(od, hidden=16), "plan": TinyPolicy(od, hidden=16)}
-    ro = rollout(env, 3, K, Workflow(("tool", "plan"), T), pols, {"tool": "tool", "plan": "plan"},
-                 generator=torch.Generator().manual_seed(0))
+    ro = rollout(
+        env,
+        3,
+        K,
+        Workflow(("tool", "plan"), T),
+        pols,
+        {"tool": "tool", "plan": "plan"},
+        generator=torch.Generator().manual_seed(0),
+    )
     assert snapshots
     for snap in snapshots:
         for e in range(3):
-            assert len(set(snap[e * K:(e + 1) * K])) == 1
+            assert len(set(snap[e * K : (e + 1) * K])) == 1
     assert ro.n_samples <= 3 * 2 * T * K
     # the continuing branch is the argmax-reward branch (first index on ties) of the first agent step
     r = ro.chunks[0].reward.reshape(3, K)
@@ -168,8 +185,13 @@ def _mini_trainer(sigma, seed=0):
     od = PlanPathBatch.obs_dim(5, 2)
     torch.manual_seed(seed)
     pols = {n: TinyPolicy(od, hidden=16) for n in sorted(set(sigma.values()))}
-    tr = ATGRPOTrainer(ATGRPOConfig(K=4, lr=1e-2), Workflow(("tool", "plan"), 2), pols, sigma,
-                       lambda s: PlanPathBatch(cfg_env, s, 2, rng_seed=0))
+    tr = ATGRPOTrainer(
+        ATGRPOConfig(K=4, lr=1e-2),
+        Workflow(("tool", "plan"), 2),
+        pols,
+        sigma,
+        lambda s: PlanPathBatch(cfg_env, s, 2, rng_seed=0),
+    )
     return tr, env_seeds(cfg_env, "train", range(6))
 
 
@@ -180,8 +202,9 @@ def test_per_role_update_changes_only_the_acting_role():
     before = {n: [p.detach().clone() for p in pol.parameters()] for n, pol in tr.policies.items()}
     batch = compute_advantages(ro, tr.cfg)
     update_policies(batch, tr.workflow, tr.policies, tr.agent_to_policy, tr.optimizers, tr.cfg)
-    same = {n: all(torch.equal(a, b) for a, b in zip(before[n], tr.policies[n].parameters(), strict=True))
-            for n in before}
+    same = {
+        n: all(torch.equal(a, b) for a, b in zip(before[n], tr.policies[n].parameters(), strict=True)) for n in before
+    }
     assert same == {"tool": False, "plan": True}
 
 
@@ -206,9 +229,11 @@ def test_shared_mode_sends_all_samples_to_one_policy():
     assert list(tr.policies) == ["shared"]
     stats = tr.step(seeds, torch.Generator().manual_seed(0))
     assert list(stats["policy"]) == ["shared"]
-    assert stats["n_kept"] == stats["n_samples"] and np.isfinite(stats["policy"]["shared"]["loss"]
-                                                                 if "loss" in stats["policy"]["shared"]
-                                                                 else stats["policy"]["shared"]["policy_loss"])
+    assert stats["n_kept"] == stats["n_samples"] and np.isfinite(
+        stats["policy"]["shared"]["loss"]
+        if "loss" in stats["policy"]["shared"]
+        else stats["policy"]["shared"]["policy_loss"]
+    )
 
 
 def test_shard_round_robin():

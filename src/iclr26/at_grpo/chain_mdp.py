@@ -118,6 +118,12 @@ def gradient_alignment(cfg: ChainMDPConfig = ChainMDPConfig(), seed: int = 0) ->
             n = np.linalg.norm(est)
             unit = est / n if n > 0 else est
             out.append(float(((unit - gu) ** 2).sum()))
-    return {"cos_at": float(np.mean(cos_at)), "cos_traj": float(np.mean(cos_tr)),
-            "cos_at_std": float(np.std(cos_at)), "cos_traj_std": float(np.std(cos_tr)),
-            "err_at": float(np.mean(mse_at)), "err_traj": float(np.mean(mse_tr)), "trials": cfg.trials}
+    return {
+        "cos_at": float(np.mean(cos_at)),
+        "cos_traj": float(np.mean(cos_tr)),
+        "cos_at_std": float(np.std(cos_at)),
+        "cos_traj_std": float(np.std(cos_tr)),
+        "err_at": float(np.mean(mse_at)),
+        "err_traj": float(np.mean(mse_tr)),
+        "trials": cfg.trials,
+    }

@@ -25,8 +25,9 @@ The **tool agent** (the code writer of the paper) emits a 4-token program ``ALG 
 *executed* on a copy of the state (this mirrors running the tool's code in a sandbox) and prints an action
 list of at most ``H`` moves towards target ``(row, col)``. Its local reward is the environment reward of
 that list applied to a copy of the state; ``-2`` if no list could be parsed (malformed program), ``-1``
-if the program fails at run time (target outside the grid). The **plan agent** sees the grid, the
-tool's action list and the turn, and emits at most ``L = 3`` moves then ``EOS``; they are executed on the
+if the program fails at run time (target outside the grid). Both agents see the static grid, the start and the
+goal (as the official Plan-Path prompt; ``show_position=True`` adds the current cell). The **plan agent**
+also sees the tool's action list and the turn, and emits at most ``L = 3`` moves then ``EOS``; they are executed on the
 real state. The **single agent** is the plan agent without a tool.
 
 Everything is vectorised over ``n`` parallel *branches* (numpy arrays); :meth:`PlanPathBatch.select`
@@ -65,38 +66,42 @@ _CLOCKWISE = np.array([3, 2, 0, 1])  # U -> R, D -> L, L -> U, R -> D
 
 @dataclass(frozen=True)
 class PlanPathConfig:
-    """Plan-Path environment with the official code's reward constants."""
+    """Plan-Path environment with the official code's reward constants (``stateful/env_state.py``).
+
+    size: h = w, the grid side (paper 10; CPU reproduction 6, smoke 5); at most 8 (digit tokens 0..7).
+    block_ratio: Fraction of wall cells (rounded to an integer count).
+    r_step: Reward of a valid move.
+    r_invalid: Reward of a move out of bounds or into a wall (the agent stays).
+    gamma: gamma of the potential shaping lambda (gamma Phi(s') - Phi(s)).
+    shaping_lambda: lambda of the potential shaping.
+    r_goal: Reward for reaching the goal.
+    r_optimal_bonus: Extra reward when the goal is reached in exactly the shortest-path number of moves.
+    r_fail: Reward added when the move count reaches max_steps.
+    max_steps: Move budget of an episode (the code's 10,000; the turn budget binds first).
+    r_bad_action: Plan agent: empty or malformed action list. Tool agent: no list could be parsed.
+    r_tool_error: Tool agent: the program failed at run time (the code's "code missing" penalty).
+    train_seed_offset: Seed of training environment i is train_seed_offset + i.
+    test_seed_offset: seed of test environment i is test_seed_offset + i (disjoint from training).
+    constrained_decoding: mask each response position to the role's grammar (the format prior an LLM brings).
+    show_position: add the current cell to observations (off: the official prompt shows the static grid, start, goal).
+    """
 
     size: int = 6
-    """h = w: grid side (the paper uses 10; the CPU reproduction uses 6, smoke 5). At most 8 (digit tokens)."""
     block_ratio: float = 0.22
-    """Fraction of wall cells (rounded to an integer count)."""
     r_step: float = -0.01
-    """Reward of a valid move."""
     r_invalid: float = -0.10
-    """Reward of a move out of bounds or into a wall (the agent stays)."""
     gamma: float = 0.99
-    """gamma of the potential shaping lambda (gamma Phi(s') - Phi(s))."""
     shaping_lambda: float = 1.0
-    """lambda of the potential shaping."""
     r_goal: float = 1.0
-    """Reward for reaching the goal."""
     r_optimal_bonus: float = 0.5
-    """Extra reward when the goal is reached in exactly the shortest-path number of moves."""
     r_fail: float = -1.0
-    """Reward added when the move count reaches max_steps."""
     max_steps: int = 10_000
-    """Move budget of an episode (the code's 10,000; the turn budget binds first)."""
     r_bad_action: float = -2.0
-    """Plan agent: empty or malformed action list. Tool agent: no list could be parsed."""
     r_tool_error: float = -1.0
-    """Tool agent: the program failed at run time (the code's "code missing" penalty)."""
     train_seed_offset: int = 0
-    """Seed of training environment i is train_seed_offset + i."""
     test_seed_offset: int = 10_000_000
-    """Seed of test environment i is test_seed_offset + i (disjoint from training for i < 10**7)."""
     constrained_decoding: bool = True
-    """Mask each response position to the role's grammar (the format prior an LLM brings); see README."""
+    show_position: bool = False
 
     def __post_init__(self) -> None:
         if not 3 <= self.size <= 8:
@@ -140,30 +145,33 @@ def _neighbours(size: int) -> np.ndarray:
 
 
 def _bfs_tables(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All-pairs BFS distances on free cells and the first move of a shortest path (ties: U, D, L, R)."""
+    """All-pairs shortest-path lengths on free cells and the first move of a shortest path (ties: U, D, L, R).
+
+    Distances come from :func:`scipy.sparse.csgraph.shortest_path` (unweighted BFS) on the 4-neighbour
+    graph of free cells; unreachable pairs (and wall cells) get a large sentinel.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
     size = walls.shape[0]
     cells = size * size
     free = ~walls.reshape(-1)
     nb = _neighbours(size)
     big = 10**6
-    # all-pairs BFS on free cells, vectorised: frontier_{d+1} = (frontier_d @ adjacency) & ~visited
-    adj = np.zeros((cells, cells), dtype=np.float32)
+    src, dst = [], []
     for m in range(4):
         ok = (nb[:, m] >= 0) & free
         ok[ok] &= free[nb[ok, m]]
-        adj[np.flatnonzero(ok), nb[ok, m]] = 1.0
-    dist = np.full((cells, cells), big, dtype=np.int64)
-    frontier = np.diag(free).astype(np.float32)
-    visited = frontier > 0
-    dist[visited] = 0
-    d = 0
-    while frontier.any():
-        d += 1
-        nxt = ((frontier @ adj) > 0) & ~visited
-        dist[nxt] = d
-        visited |= nxt
-        frontier = nxt.astype(np.float32)
-    # next move from `cell` to `target`: first neighbour with dist one less
+        src.append(np.flatnonzero(ok))
+        dst.append(nb[ok, m])
+    s, d = np.concatenate(src), np.concatenate(dst)
+    adj = csr_matrix((np.ones(len(s)), (s, d)), shape=(cells, cells))
+    sp = shortest_path(adj, method="D", directed=True, unweighted=True)  # sp[a, b]: moves from a to b
+    sp[~free, :] = np.inf
+    sp[:, ~free] = np.inf
+    # dist[target, cell] (the graph is symmetric, so the transpose is the distance from cell to target)
+    dist = np.where(np.isfinite(sp.T), sp.T, big).astype(np.int64)
+    # next move from `cell` to `target`: first neighbour (U, D, L, R order) with distance one less
     nb_safe = np.where(nb >= 0, nb, 0)
     nb_dist = dist[:, nb_safe]  # [target, cell, 4]
     nb_dist = np.where((nb >= 0)[None] & free[nb_safe][None], nb_dist, big)
@@ -277,9 +285,11 @@ class PlanPathBatch:
         self.cells = S * S
         self.walls = np.stack([g.walls.reshape(-1) for g in self.grids]) if n else np.zeros((0, S * S), bool)
         self.goal = np.array([g.goal for g in self.grids], dtype=np.int64)
+        self.start = np.array([g.start for g in self.grids], dtype=np.int64)
         self.shortest = np.array([g.shortest for g in self.grids], dtype=np.int64)
-        self.next_move = (np.stack([g.next_move for g in self.grids]) if n
-                          else np.zeros((0, S * S, S * S), dtype=np.int64))
+        self.next_move = (
+            np.stack([g.next_move for g in self.grids]) if n else np.zeros((0, S * S, S * S), dtype=np.int64)
+        )
         self.pos = np.array([g.start for g in self.grids], dtype=np.int64)
         self.steps = np.zeros(n, dtype=np.int64)
         self.is_done = np.zeros(n, dtype=bool)
@@ -312,8 +322,16 @@ class PlanPathBatch:
 
     def state_key(self) -> list[tuple]:
         """A hashable snapshot of each branch's state (tests: all branches equal after a selection)."""
-        return [(int(self.pos[b]), int(self.steps[b]), bool(self.is_done[b]), round(float(self.last_reward[b]), 9),
-                 tuple(int(x) for x in self.tool_list[b])) for b in range(self.n)]
+        return [
+            (
+                int(self.pos[b]),
+                int(self.steps[b]),
+                bool(self.is_done[b]),
+                round(float(self.last_reward[b]), 9),
+                tuple(int(x) for x in self.tool_list[b]),
+            )
+            for b in range(self.n)
+        ]
 
     def done(self) -> np.ndarray:
         return self.is_done.copy()
@@ -334,10 +352,16 @@ class PlanPathBatch:
         if kind != "features":
             raise ValueError(f"kind must be 'features' or 'text', got {kind!r}")
         n, C = self.n, self.cells
-        pos1 = np.zeros((n, C))
-        pos1[np.arange(n), self.pos] = 1
+        # the official Plan-Path prompt: the static grid, start and goal (prompt.py, prompt_plan_path)
+        start1 = np.zeros((n, C))
+        start1[np.arange(n), self.start] = 1
         goal1 = np.zeros((n, C))
         goal1[np.arange(n), self.goal] = 1
+        chans = [self.walls.astype(float), start1, goal1]
+        if self.cfg.show_position:  # flag: the current cell as an extra channel
+            pos1 = np.zeros((n, C))
+            pos1[np.arange(n), self.pos] = 1
+            chans.append(pos1)
         tl = np.zeros((n, MAX_MOVES, 5))
         if agent == "plan":  # the tool's latest list; slot value 4 = "no move"
             v = np.where(self.tool_list >= 0, self.tool_list, 4)
@@ -346,30 +370,33 @@ class PlanPathBatch:
         turn1[:, min(turn, self.max_turns - 1)] = 1
         role1 = np.zeros((n, len(ROLES)))
         role1[:, ROLES.index(agent)] = 1
-        feats = np.concatenate([self.walls.astype(float), pos1, goal1, tl.reshape(n, -1), turn1, role1], 1)
+        feats = np.concatenate([*chans, tl.reshape(n, -1), turn1, role1], 1)
         return torch.from_numpy(feats).float()
 
     @staticmethod
-    def obs_dim(size: int, max_turns: int) -> int:
-        return 3 * size * size + MAX_MOVES * 5 + max_turns + len(ROLES)
+    def obs_dim(size: int, max_turns: int, show_position: bool = False) -> int:
+        return (3 + int(show_position)) * size * size + MAX_MOVES * 5 + max_turns + len(ROLES)
 
     def _prompt(self, b: int, agent: str, turn: int) -> str:
         S = self.cfg.size
-        rows = []
-        for r in range(S):
-            row = ""
-            for c in range(S):
-                cell = r * S + c
-                row += "#" if self.walls[b, cell] else ("A" if cell == self.pos[b] else ("G" if cell == self.goal[b]
-                                                                                      else "."))
-            rows.append(row)
-        grid = "\n".join(rows)
+        grid = "\n".join("".join("#" if self.walls[b, r * S + c] else "." for c in range(S)) for r in range(S))
+        # as the official prompt_plan_path: static grid, start and goal
+        where = f"Start: {divmod(int(self.start[b]), S)}, Goal: {divmod(int(self.goal[b]), S)}"
+        if self.cfg.show_position:
+            where += f", Current: {divmod(int(self.pos[b]), S)}"
+        head = f"Grid ('.' free, '#' blocked):\n{grid}\n{where}\nTurn {turn}. "
         if agent == "tool":
-            return (f"You are the tool agent. Grid ({S}x{S}, # wall, A agent, G goal):\n{grid}\nTurn {turn}. "
-                    "Write a program 'ALG row col H' (ALG in BFS/GREEDY/WALLFOLLOW/RANDOM, H in 1..3).\nProgram:")
+            return (
+                "You are the tool agent. "
+                + head
+                + "Write a program 'ALG row col H' (ALG in BFS/GREEDY/WALLFOLLOW/RANDOM, H in 1..3).\nProgram:"
+            )
         tool = "".join(MOVES[m] for m in self.tool_list[b] if m >= 0) or "none"
-        return (f"You are the plan agent. Grid ({S}x{S}, # wall, A agent, G goal):\n{grid}\nTurn {turn}. "
-                f"Tool agent's actions: {tool}. Give at most 3 moves after ####.\nAnswer:")
+        return (
+            "You are the plan agent. "
+            + head
+            + f"Tool agent's actions: {tool}. Give at most 3 moves after ####.\nAnswer:"
+        )
 
     # ----- moves -----
     def _manhattan(self, cell: np.ndarray, target: np.ndarray) -> np.ndarray:

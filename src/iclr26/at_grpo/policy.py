@@ -45,12 +45,19 @@ class Act:
 
 
 class TinyPolicy(nn.Module):
-    """MLP encoder + GRU decoder over a fixed-length response (the tiny agent of spec section 6)."""
+    """MLP encoder + GRU decoder over a fixed-length response (the tiny agent of the CPU reproduction)."""
 
     obs_kind = "features"
 
-    def __init__(self, obs_dim: int, vocab: int = len(VOCAB), resp_len: int = RESPONSE_LEN, hidden: int = 128,
-                 emb: int = 32, constrained: bool = True):
+    def __init__(
+        self,
+        obs_dim: int,
+        vocab: int = len(VOCAB),
+        resp_len: int = RESPONSE_LEN,
+        hidden: int = 128,
+        emb: int = 32,
+        constrained: bool = True,
+    ):
         super().__init__()
         self.vocab, self.resp_len, self.constrained = vocab, resp_len, constrained
         self.enc = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
@@ -114,59 +121,88 @@ class TinyPolicy(nn.Module):
 class HFPolicy:
     """A Hugging Face causal LM as an agent (paper scale): text in, text out.
 
-    ``model`` and ``tokenizer`` come from :func:`iclr26.core.hf.load_local` (local path only). Responses are
-    sampled with ``temperature`` (train) or greedily (validation), at most ``max_new_tokens`` tokens.
+    ``model`` and ``tokenizer`` come from :func:`iclr26.core.hf.load_local` (local path only; any dtype, e.g.
+    bf16, on any device; optionally wrapped by peft LoRA). Responses are sampled with ``temperature``
+    (train) or greedily (validation), at most ``max_new_tokens`` tokens, from a seed drawn from the caller's
+    ``generator`` (the same generator state gives the same responses). Log-probs are recomputed by forward
+    passes of at most ``micro_batch_size`` prompts (0: all at once), in float32 from the model's logits.
     """
 
     obs_kind = "text"
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 24, temperature: float = 1.0):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 24, temperature: float = 1.0, micro_batch_size: int = 0):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature = int(max_new_tokens), float(temperature)
+        self.micro_batch_size = int(micro_batch_size)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
     def parameters(self):
         return self.model.parameters()
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def _encode(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
-        dev = next(self.model.parameters()).device
-        return enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     @torch.no_grad()
     def act(self, obs: list[str], role: str, greedy: bool = False, generator: torch.Generator | None = None) -> Act:
         ids, attn = self._encode(list(obs))
-        out = self.model.generate(
-            input_ids=ids, attention_mask=attn, max_new_tokens=self.max_new_tokens, do_sample=not greedy,
-            temperature=self.temperature if not greedy else None, top_k=0 if not greedy else None,
-            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
-            output_scores=True, return_dict_in_generate=True,
-        )
-        resp = out.sequences[:, ids.shape[1]:]
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else None
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=attn,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=not greedy,
+                temperature=self.temperature if not greedy else None,
+                top_k=0 if not greedy else None,
+                top_p=None,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        resp = out.sequences[:, ids.shape[1] :]
         gen_logp = token_logprobs(torch.stack(out.scores, 1), resp).cpu()
         eos = self.tokenizer.eos_token_id
         is_eos = resp == eos
         # mask: tokens up to and including the first EOS
         after = (torch.cumsum(is_eos.long(), 1) - is_eos.long()) > 0
         mask = (~after).float()
-        texts = self.tokenizer.batch_decode(torch.where(after, torch.full_like(resp, eos), resp),
-                                            skip_special_tokens=True)
-        logp = self.logprobs(obs, role, resp).detach()
-        return Act(responses=texts, tokens=resp.cpu(), mask=mask.cpu(), logp=logp.cpu(), gen_logp=gen_logp)
+        texts = self.tokenizer.batch_decode(
+            torch.where(after, torch.full_like(resp, eos), resp), skip_special_tokens=True
+        )
+        parts = [
+            self.logprobs([obs[i] for i in mb], role, resp[mb]).detach().cpu()
+            for mb in _chunks(len(obs), self.micro_batch_size)
+        ]
+        return Act(responses=texts, tokens=resp.cpu(), mask=mask.cpu(), logp=torch.cat(parts), gen_logp=gen_logp)
 
     def logprobs(self, obs: list[str], role: str, tokens: Tensor) -> Tensor:
+        """``[n, L]`` log-probs of ``tokens`` after each prompt (float32, on the model's device)."""
         ids, attn = self._encode(list(obs))
         tokens = tokens.to(ids.device)
         full = torch.cat([ids, tokens], 1)
         full_attn = torch.cat([attn, torch.ones_like(tokens)], 1)
         position_ids = (full_attn.cumsum(1) - 1).clamp_min(0)  # left padding: positions start at 0, as in generate
         logits = self.model(input_ids=full, attention_mask=full_attn, position_ids=position_ids).logits
-        L = tokens.shape[1]
-        lg = logits[:, ids.shape[1] - 1: -1]
+        lg = logits[:, ids.shape[1] - 1 : -1].float()
         if self.temperature != 1.0:
             lg = lg / self.temperature
         out = token_logprobs(lg, tokens)
-        assert out.shape[1] == L
-        return out.cpu() if out.device.type != "cpu" else out
+        if out.shape[1] != tokens.shape[1]:
+            raise RuntimeError(f"log-probs for {out.shape[1]} positions, expected {tokens.shape[1]}")
+        return out
+
+
+def _chunks(n: int, size: int) -> list[list[int]]:
+    idx = list(range(n))
+    return [idx] if size <= 0 or size >= n else [idx[i : i + size] for i in range(0, n, size)]
