@@ -204,3 +204,26 @@ def test_tiny_random_causal_lm_seeded_and_rng_untouched():
         hf.tiny_random_causal_lm(vocab_size=100)
     with pytest.raises(ValueError):
         hf.tiny_random_causal_lm(hidden=30, heads=4)
+
+
+def test_device_map_goes_through_accelerate_with_the_same_logits(saved_gpt2, no_network, monkeypatch):
+    pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    d, model, tok = saved_gpt2
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("device_map"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    # with a map, accelerate places the weights and `device` is not used (an invalid one would raise in .to())
+    mapped = hf.load_local_model(d, device_map="cpu", device="this-device-is-ignored-with-a-map")
+    assert seen == ["cpu"]
+    assert not mapped.training
+    ids = torch.tensor([tok(TEXT)["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(mapped(ids).logits, model(ids).logits, rtol=0, atol=1e-6)
+    hf.load_local_model(d, device_map="none")
+    assert seen == ["cpu", None]

@@ -122,6 +122,7 @@ def load_local_model(
     dtype: torch.dtype | str | None = None,
     device: str | torch.device = "cpu",
     trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
 ) -> nn.Module:
     """Load a model saved with ``save_pretrained`` from the local directory ``path``, in eval mode.
 
@@ -134,10 +135,13 @@ def load_local_model(
             (``"bfloat16"``), or ``"auto"`` for the dtype stored in the checkpoint.
         device: where to move the model after loading.
         trust_remote_code: passed through (custom modelling code is then run *from the local directory*).
+        device_map: ``None`` (or ``"none"``) loads on ``device``; anything else (``"auto"``, ``"cpu"``, a dict of
+            module -> device) is passed to ``from_pretrained`` so accelerate places (and shards) the weights,
+            and ``device`` is ignored. Needs the ``hf`` extra (accelerate).
 
     Raises:
         FileNotFoundError: ``path`` is not an existing directory with a ``config.json``.
-        ImportError: transformers is not installed.
+        ImportError: transformers (or, with ``device_map``, accelerate) is not installed.
     """
     root = _check_dir(path, "load_local_model")
     transformers = _require_transformers()
@@ -145,6 +149,13 @@ def load_local_model(
         raise ValueError(f"kind must be 'causal_lm', 'masked_lm' or 'auto', got {kind!r}")
     kwargs = {"local_files_only": True, "trust_remote_code": trust_remote_code}
     kwargs.update(_dtype_kwargs(transformers, dtype))
+    mapped = device_map is not None and device_map != "none"
+    if mapped:
+        try:
+            import accelerate  # noqa: F401
+        except ImportError as e:
+            raise ImportError("device_map needs accelerate: pip install 'iclr26[hf]'") from e
+        kwargs["device_map"] = device_map
     with _offline():
         if kind == "auto":
             config = transformers.AutoConfig.from_pretrained(
@@ -161,7 +172,7 @@ def load_local_model(
             "auto": transformers.AutoModel,
         }[kind]
         model = auto_cls.from_pretrained(str(root), **kwargs)
-    return model.to(device).eval()
+    return model.eval() if mapped else model.to(device).eval()
 
 
 def load_local_tokenizer(path: str | os.PathLike, *, trust_remote_code: bool = False) -> Any:
@@ -186,10 +197,13 @@ def load_local(
     dtype: torch.dtype | str | None = None,
     device: str | torch.device = "cpu",
     trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
 ) -> tuple[nn.Module, Any]:
     """``(load_local_model(path, ...), load_local_tokenizer(path))``; the directory needs ``config.json``."""
     _check_dir(path, "load_local")
-    model = load_local_model(path, kind=kind, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    model = load_local_model(
+        path, kind=kind, dtype=dtype, device=device, trust_remote_code=trust_remote_code, device_map=device_map
+    )
     tokenizer = load_local_tokenizer(path, trust_remote_code=trust_remote_code)
     return model, tokenizer
 

@@ -145,26 +145,14 @@ def hf_generate(
 
 
 def load_model(pcfg: PaperConfig, path: Path, device: str):
-    """Model and tokenizer from a local folder through :mod:`iclr26.core.hf` (offline, and the
-    ``dtype``/``torch_dtype`` keyword shim). ``device_map`` other than ``none`` (and CUDA present) spreads
-    the model over the visible GPUs with accelerate; core.hf's loader has no device_map argument, so that
-    branch calls ``from_pretrained`` with core.hf's offline context and dtype shim."""
+    """Model and tokenizer from a local folder through :func:`iclr26.core.hf.load_local` (offline).
+    ``device_map`` other than ``none`` (with CUDA present) spreads the model over the visible GPUs with
+    accelerate; otherwise the model goes to ``device``."""
     from iclr26.core import hf
 
-    use_map = pcfg.device_map not in ("", "none") and torch.cuda.is_available()
+    device_map = pcfg.device_map if pcfg.device_map not in ("", "none") and torch.cuda.is_available() else None
     try:
-        if not use_map:
-            return hf.load_local(path, dtype=pcfg.dtype, device=device)
-        transformers = hf._require_transformers()
-        root = hf._check_dir(path, "load_model")
-        with hf._offline():
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(root),
-                local_files_only=True,
-                device_map=pcfg.device_map,
-                **hf._dtype_kwargs(transformers, pcfg.dtype),
-            ).eval()
-        return model, hf.load_local_tokenizer(path)
+        return hf.load_local(path, dtype=pcfg.dtype, device=device, device_map=device_map)
     except (FileNotFoundError, OSError, ValueError) as e:
         raise ExperimentError(f"cannot load model from {path}: {e}") from e
 
