@@ -120,6 +120,8 @@ class PaperConfig:
     inception_weights: local Inception-v3 FID weights file (torch-fidelity format).
     imagenet_dir: ImageNet folder (class sub-folders) for tokenizer reconstructions (optional).
     n_recon: images of imagenet_dir to reconstruct (0 = skip).
+    tokenizer_config: official tokenizer yaml, used instead of the config embedded in the checkpoint.
+    allow_pickle: load checkpoints that pickle Python objects (trusted files only).
     """
 
     tokenizer_ckpt: str = ""
@@ -133,6 +135,8 @@ class PaperConfig:
     inception_weights: str = ""
     imagenet_dir: str = ""
     n_recon: int = 0
+    tokenizer_config: str = ""
+    allow_pickle: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,9 +213,10 @@ def config_for(scale: str) -> RunConfig:
         tt, at = base.tok_train, base.ar_train
         return replace(
             base,
-            tok_train=replace(tt, train=replace(tt.train, steps=30, warmup_steps=5), batch=32),
-            ar_train=replace(at, train=replace(at.train, steps=30, warmup_steps=5), batch=32),
-            eval=replace(base.eval, samples_per_class=4, n_mechanism=16, n_layout=8, evaluator_iters=60),
+            tok_train=replace(tt, train=replace(tt.train, steps=20, warmup_steps=5), batch=32),
+            ar_train=replace(at, train=replace(at.train, steps=20, warmup_steps=5), batch=32),
+            data=replace(base.data, n_train=300),
+            eval=replace(base.eval, samples_per_class=4, n_mechanism=16, n_layout=8, evaluator_iters=30),
             workers=1,
         )
     raise ValueError(f"unknown scale {scale!r}")

@@ -18,6 +18,7 @@ atomically, so a restarted run skips finished shards (a crash loses only unfinis
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,14 +32,17 @@ from .tokenizer import TokenizerConfig, VQModel
 STATE_KEYS = ("ema", "model", "module", "state_dict")
 
 
-def _read(path: str | Path) -> dict:
+def _read(path: str | Path, allow_pickle: bool = False) -> dict:
+    """torch.load with ``weights_only=True``; ``allow_pickle`` (trusted files only) permits files that
+    pickle Python objects (e.g. a config object instead of a plain dict)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file (nothing is downloaded)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})") from None
+        hint = "" if allow_pickle else " (if it is a trusted file that pickles objects: --set paper.allow_pickle=true)"
+        raise ValueError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc}){hint}") from None
 
 
 def _state(ckpt: dict, path) -> dict:
@@ -77,21 +81,35 @@ def load_strict(model: torch.nn.Module, state: dict, path) -> None:
     model.load_state_dict(state, strict=True)
 
 
-def load_tokenizer(path: str | Path, device: str = "cpu") -> VQModel:
-    """The released tokenizer: its embedded config (official keys) and its EMA weights if present."""
-    ckpt = _read(path)
-    if "config" not in ckpt or "model" not in ckpt["config"]:
-        raise ValueError(f"{path}: tokenizer checkpoint lacks config['model'] (official layout)")
-    cfg = TokenizerConfig.from_official(dict(ckpt["config"]["model"]))
+def load_tokenizer(
+    path: str | Path, device: str = "cpu", config_yaml: str | Path = "", allow_pickle: bool = False
+) -> VQModel:
+    """The released tokenizer: its embedded config (official keys; or ``config_yaml``, e.g. the
+    official configs/tokenizer_v1.yaml, when given) and its EMA weights if present."""
+    ckpt = _read(path, allow_pickle)
+    if config_yaml:
+        import yaml
+
+        model_cfg = yaml.safe_load(Path(config_yaml).read_text())["model"]
+    elif "config" in ckpt and "model" in ckpt["config"]:
+        model_cfg = ckpt["config"]["model"]
+    else:
+        raise ValueError(
+            f"{path}: tokenizer checkpoint lacks config['model'] (official layout); "
+            "pass the yaml with --set paper.tokenizer_config=PATH"
+        )
+    cfg = TokenizerConfig.from_official(dict(model_cfg))
     model = VQModel(cfg)
     load_strict(model, _state(ckpt, path), path)
     return model.to(device).eval()
 
 
-def load_gpt(path: str | Path, preset: str, vocab_size: int, block_size: int, device: str = "cpu") -> Transformer:
+def load_gpt(
+    path: str | Path, preset: str, vocab_size: int, block_size: int, device: str = "cpu", allow_pickle: bool = False
+) -> Transformer:
     """A released AR checkpoint into the LlamaGen-named :class:`Transformer` of ``preset``."""
     model = Transformer(gpt_preset(preset, vocab_size=vocab_size, block_size=block_size))
-    load_strict(model, _state(_read(path), path), path)
+    load_strict(model, _state(_read(path, allow_pickle), path), path)
     return model.to(device).eval()
 
 
@@ -176,6 +194,34 @@ def iter_image_folder(root: str | Path, size: int, skipped: list[str]) -> Iterat
                     yield np.asarray(im, dtype=np.uint8), cls.name
             except Exception:  # unreadable / not an image: skipped and counted
                 skipped.append(str(f))
+
+
+def reconstruct_folder(tok: VQModel, root: str | Path, n: int, batch: int, device) -> dict:
+    """Tokenize and decode the first ``n`` readable images of an ImageNet-style folder: PSNR and the
+    uint8 originals / reconstructions (for rFID); unreadable files are skipped and counted."""
+    skipped: list[str] = []
+    size = tok.cfg.image_size
+    real, recon, done = [], [], 0
+    it = iter_image_folder(root, size, skipped)
+    while done < n:
+        chunk = [im for im, _ in itertools.islice(it, min(batch, n - done))]
+        if not chunk:
+            break
+        x = torch.from_numpy(np.stack(chunk)).permute(0, 3, 1, 2).float().div(127.5).sub(1).to(device)
+        recon.append(to_uint8(tok.decode_code(tok.extract_code(x), generator=torch.Generator().manual_seed(0))))
+        real.append(np.stack(chunk))
+        done += len(chunk)
+    if not real:
+        raise ValueError(f"{root}: no readable images ({len(skipped)} skipped)")
+    real_a, rec_a = np.concatenate(real), np.concatenate(recon)
+    mse = ((real_a.astype(np.float64) - rec_a.astype(np.float64)) ** 2).mean()
+    return {
+        "n": int(len(real_a)),
+        "skipped": len(skipped),
+        "psnr": float(10 * np.log10(255.0**2 / max(mse, 1e-12))),
+        "real": real_a,
+        "recon": rec_a,
+    }
 
 
 def reference_stats(ref: str | Path, features_fn) -> tuple[np.ndarray, np.ndarray]:
@@ -264,6 +310,15 @@ def run_paper(ctx, cfg):
 
         dist.barrier()
     metrics: dict = {"rank": rank, "world": world, "shards_this_rank": len(paths), "sample_dir": str(out_dir)}
+    if rank == 0 and p.imagenet_dir and p.n_recon > 0:
+        rec = reconstruct_folder(tok, ctx.require_path("paper.imagenet_dir"), p.n_recon, p.per_rank_batch, device)
+        metrics["reconstruction"] = {k: rec[k] for k in ("n", "skipped", "psnr")}
+        if p.inception_weights:
+            feats = inception_features_fn(ctx.require_path("paper.inception_weights"), device)
+            fr, fg = feats(rec["real"]), feats(rec["recon"])
+            from .data import frechet_distance
+
+            metrics["reconstruction"]["rfid"] = frechet_distance(fg, fr)
     if rank == 0 and p.fid_ref and p.inception_weights:
         all_paths = sorted(out_dir.glob("samples_*.npz"))
         metrics.update(
