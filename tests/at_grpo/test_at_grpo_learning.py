@@ -191,3 +191,37 @@ def test_shortest_path_tables_match_a_plain_bfs():
             pos += deltas[int(g.next_move[g.goal, pos])]
             n += 1
         assert n == g.shortest == dist[g.start]
+
+
+def test_dual_clip_stops_the_gradient_of_huge_ratios_with_negative_advantage():
+    # verl clip_ratio_c = 3: for A < 0 the per-token loss is bounded by -c*A, so tokens whose ratio is far
+    # above c get no gradient; without the dual clip the same tokens push the policy
+    changed = {}
+    for dual in (3.0, None):
+        torch.manual_seed(0)
+        pol = TinyPolicy(5, hidden=16)
+        batch, _, _ = _batch_for(pol, n=8)
+        c = batch.chunks[0]
+        c.logp = c.logp - 5.0  # pi_old much smaller than pi: ratio e^5 > 3 on every token
+        batch.adv = [-np.ones(8)]
+        before = [p.detach().clone() for p in pol.parameters()]
+        cfg = ATGRPOConfig(K=1, lr=1e-2, dual_clip=dual)
+        opt = {"p": torch.optim.Adam(pol.parameters(), lr=cfg.lr)}
+        update_policies(batch, Workflow(("plan",), 1), {"p": pol}, {"plan": "p"}, opt, cfg)
+        changed[dual] = any(not torch.equal(a, b) for a, b in zip(before, pol.parameters(), strict=True))
+    assert changed == {3.0: False, None: True}
+
+
+def test_kl_to_the_initial_policy_is_reported_when_enabled():
+    torch.manual_seed(0)
+    tr = ATGRPOTrainer(
+        ATGRPOConfig(K=4, lr=3e-2, kl_coef=0.1),
+        Workflow(("plan",), 1),
+        {"p": TinyPolicy(5, hidden=16)},
+        {"plan": "p"},
+        lambda seeds: Bandit(len(seeds)),
+    )
+    gen = torch.Generator().manual_seed(0)
+    kls = [tr.step(list(range(8)), gen)["policy"]["p"]["kl"] for _ in range(3)]
+    assert kls[0] == pytest.approx(0.0, abs=1e-9) and kls[-1] > 0  # the reference is the initial policy
+    assert all(not p.requires_grad for p in tr.refs["p"].parameters())

@@ -22,8 +22,12 @@ Implemented:
   (local path only) behind the same ``act`` / ``logprobs`` interface.
 * :mod:`~iclr26.at_grpo.chain_mdp`: the chain-MDP gradient-alignment mechanism test.
 
+* :mod:`~iclr26.at_grpo.config`: the typed configuration (one frozen dataclass tree per scale);
+  :mod:`~iclr26.at_grpo.paper_run`: the paper-scale torchrun entry point (one device per rank, bf16,
+  micro-batched updates, optional per-role LoRA via peft).
+
 Not implemented: the Sokoban / Sudoku games, the code and math workflows (and their sandboxed execution),
-LoRA adapters per role, vLLM rollout servers and the Ray resource pools of the official system.
+vLLM rollout servers and the Ray resource pools of the official system.
 """
 
 from iclr26.at_grpo.at_grpo import (

@@ -35,7 +35,7 @@ from iclr26.core.grpo import group_advantages
 
 @dataclass(frozen=True)
 class ChainMDPConfig:
-    """The chain MDP of the mechanism test (spec section 6)."""
+    """The chain MDP of the mechanism test (a gradient-alignment check of the grouping, not in the paper)."""
 
     n_agents: int = 2
     """N agents acting in turn order at every turn."""

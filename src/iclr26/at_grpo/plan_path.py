@@ -15,7 +15,7 @@ with :math:`\gamma = 0.99`, :math:`\lambda = 1` and :math:`d^*` the shortest-pat
 ``max_steps`` moves adds ``r_fail = -1``. A turn's reward is the sum over its move list, which stops at
 the goal. A plan action that is empty or malformed gets ``-2`` and does not move the agent.
 
-Tiny workflow of the CPU reproduction (spec section 6). One token vocabulary shared by both roles, so
+Tiny workflow of the CPU reproduction. One token vocabulary shared by both roles, so
 that swapping the role policies is syntactically valid:
 
 * moves ``U D L R``, ``EOS``;
