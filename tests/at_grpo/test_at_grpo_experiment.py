@@ -156,3 +156,37 @@ def test_torchrun_two_gloo_processes_two_updates(tmp_path):
     assert res["world"] == 2 and res["steps"] == 2
     a, b = res["weight_checksums"]
     assert a.keys() == {"tool", "plan"} and a == b  # gradients averaged: both ranks hold the same weights
+
+
+def _allreduce_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from iclr26.at_grpo.at_grpo import _allreduce_grads
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    p = torch.nn.Parameter(torch.zeros(3))
+    p.grad = torch.full((3,), float(rank + 1))  # rank 0: 1, rank 1: 2
+    q = torch.nn.Parameter(torch.zeros(2))  # a parameter this rank did not touch (grad None)
+    if rank == 1:
+        q.grad = torch.ones(2)
+    _allreduce_grads([p, q])
+    torch.save({"p": p.grad, "q": q.grad}, f"{out_dir}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.dist
+def test_gradients_are_averaged_over_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    args = (2, str(tmp_path / "init"), str(tmp_path))
+    mp.start_processes(_allreduce_worker, args=args, nprocs=2, join=True, start_method="fork")
+    for rank in range(2):
+        g = torch.load(tmp_path / f"rank{rank}.pt")
+        torch.testing.assert_close(g["p"], torch.full((3,), 1.5))
+        torch.testing.assert_close(g["q"], torch.full((2,), 0.5))
+
+
+def test_swap_exchanges_the_role_policies():
+    from iclr26.at_grpo.experiment import swap_roles
+
+    assert swap_roles({"tool": "tool", "plan": "plan"}) == {"tool": "plan", "plan": "tool"}

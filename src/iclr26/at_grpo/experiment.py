@@ -149,11 +149,16 @@ def train_arm(
                 next_eval += sc.eval_every
     out = {"samples": xs, "success": ys, "final": ys[-1], "initial": ys[0], "steps": steps}
     if arm == "at_grpo":  # swap the two trained role policies
-        swapped = {"tool": sigma["plan"], "plan": sigma["tool"]}
+        swapped = swap_roles(sigma)
         out["swapped"] = 100 * _global_sum(
             evaluate(make_env, test, wf, policies, swapped, mcfg.alpha) * len(test), len(test)
         )
     return out
+
+
+def swap_roles(sigma: dict[str, str]) -> dict[str, str]:
+    """The ablation of paper Table 3: the tool agent is played by the planner's policy and vice versa."""
+    return {"tool": sigma["plan"], "plan": sigma["tool"]}
 
 
 def _step_scalars(st: dict[str, Any]) -> dict[str, float]:
