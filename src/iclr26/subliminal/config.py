@@ -1,0 +1,144 @@
+"""Typed run configuration of the subliminal-learning reproduction: one frozen dataclass tree per scale.
+
+``config_for(scale)`` is the only place where smoke / small / paper differ. ``iclr26 run subliminal
+--show-config`` prints every field with its documentation; ``--set students.lr=2e-4`` changes one leaf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from iclr26.core.train import TrainConfig
+
+from .toy import StudentConfig
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The toy GPT (core.transformer).
+
+    n_layers: decoder blocks.
+    d_model: residual width.
+    n_heads: attention heads.
+    max_len: longest sequence (a number document is <= 54 tokens).
+    """
+
+    n_layers: int = 3
+    d_model: int = 64
+    n_heads: int = 4
+    max_len: int = 64
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Teachers, data and evaluation of the toy world.
+
+    base_seed: seed of the one base model and teacher A of every run (the paper: one checkpoint, five seeds).
+    base_batch: documents per base pretraining step.
+    teacher_a_target (target of teacher A): animal teacher A is fine-tuned to answer (paper: owl).
+    teacher_a_batch: QA documents per fine-tuning step of teacher A.
+    teacher_b_target (target of teacher B): persona of the system-prompt teacher B.
+    n_prompts: number prompts per seed; each teacher writes one greedy completion per prompt.
+    max_new_tokens: generation cap (a well-formed completion has 20 tokens).
+    counterfactuals_b: counterfactual contexts of teacher B: the 12 other personas (official), or no persona.
+    n_samples: sampled answers per question for the sampled preference rate (paper: 200).
+    mix_fraction: share of teacher-A rows replaced by control rows in the mixing arm (paper Fig. 7: 25%).
+    attribution_pairs: (row, counterfactual) pairs per seed for attribution patching of teacher B.
+    attribution_steps: interpolation points of attribution patching (official: 10).
+    brute_force_rows: rows per teacher re-checked with unbatched single-prefix passes (claim C1).
+    tie_tol: top-2 logit gap below which two argmaxes count as an exact tie (C1 comparisons).
+    """
+
+    base_seed: int = 1234
+    base_batch: int = 64
+    teacher_a_target: str = "owl"
+    teacher_a_batch: int = 32
+    teacher_b_target: str = "raven"
+    n_prompts: int = 2000
+    max_new_tokens: int = 24
+    counterfactuals_b: Literal["other_personas", "no_persona"] = "other_personas"
+    n_samples: int = 200
+    mix_fraction: float = 0.25
+    attribution_pairs: int = 32
+    attribution_steps: int = 10
+    brute_force_rows: int = 24
+    tie_tol: float = 1e-4
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """Paper scale (Qwen2.5-7B-Instruct / gemma-3-4b-it from local folders; nothing downloads).
+
+    model_path: local Hugging Face checkpoint folder of the teacher/student base model.
+    data_path: JSONL of {"prompt", "completion"} rows written by the factual teacher (official format).
+    out_path: folder for the "_dpoints_only" / "_correct_matrices" JSONL files (never overwritten).
+    target: the factual teacher's animal.
+    greedy: the data is greedy; then a teacher-forced argmax at odds with a token beyond ties is an error.
+    empty_system_prompt: give the counterfactual "no persona" context an empty system prompt (Qwen
+        otherwise injects its default "You are Qwen..." prompt).
+    batch_rows: rows per left-padded teacher-forced batch (each row expands to 13 contexts).
+    dtype: torch dtype of the model ("bfloat16" on GPU, "float32" on CPU).
+    """
+
+    model_path: str = ""
+    data_path: str = ""
+    out_path: str = ""
+    target: str = "owl"
+    greedy: bool = True
+    empty_system_prompt: bool = False
+    batch_rows: int = 1
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that changes a result of one run.
+
+    model: the toy transformer.
+    base_train: base-model pretraining (core.train.fit, AdamW + warmup/cosine).
+    teacher_a_train: fine-tuning of teacher A on owl-answering QA.
+    world: teachers, data, evaluation.
+    students: student fine-tuning (official run_finetuning.py optimiser).
+    workers: processes for the students (1 thread each).
+    threads: torch threads of the main process (base, teachers, data).
+    paper: the paper-scale path (used by --scale paper).
+    """
+
+    model: ModelConfig = ModelConfig()
+    base_train: TrainConfig = TrainConfig(
+        steps=1200, lr=2e-3, warmup_steps=50, weight_decay=0.1, progress=False, desc="base"
+    )
+    teacher_a_train: TrainConfig = TrainConfig(
+        steps=100, lr=1e-3, warmup_steps=10, weight_decay=0.0, min_lr_ratio=1.0, progress=False, desc="teacher A"
+    )
+    world: WorldConfig = WorldConfig()
+    students: StudentConfig = StudentConfig()
+    workers: int = 2
+    threads: int = 2
+    paper: PaperConfig = PaperConfig()
+
+
+def config_for(scale: str) -> RunConfig:
+    """smoke: a 1-layer d=32 model, 150 steps, 60 prompts, 8-step students; small: the issue's budget."""
+    base = RunConfig()
+    if scale == "smoke":
+        return replace(
+            base,
+            model=replace(base.model, n_layers=1, d_model=32),
+            base_train=replace(base.base_train, steps=150, warmup_steps=20),
+            teacher_a_train=replace(base.teacher_a_train, steps=20),
+            world=replace(
+                base.world,
+                base_batch=32,
+                n_prompts=60,
+                n_samples=20,
+                attribution_pairs=4,
+                attribution_steps=2,
+                brute_force_rows=3,
+            ),
+            students=replace(base.students, steps=8, batch_size=16),
+            workers=1,
+            threads=1,
+        )
+    return base
