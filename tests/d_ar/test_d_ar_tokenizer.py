@@ -334,3 +334,36 @@ def test_bad_config_is_an_error():
     with pytest.raises(ValueError):
         TokenizerConfig(diff_decoder=DiffDecoderConfig(cond_dim=512))
     assert math.isclose(time_shift(0.5, 2.0), 1 / 3)
+
+
+def test_sampler_clips_its_own_schedule():
+    m = _decoder_with(lambda x, t: torch.ones_like(x))
+    conds = [torch.zeros(1, 4, 48)] * 4
+    out = m.diff_decoder.sample(conds, sampling_grid(4), torch.zeros(1, 1, 8, 8), "euler", clip_steps=2)
+    assert len(m.diff_decoder.net.calls) == 2
+    assert torch.allclose(out, torch.full_like(out, 1.0 / 0.6))  # from tau_0 = 0 straight to 1 with v = 1
+
+
+def test_rope2d_angles_follow_the_flux_layout(tok):
+    from iclr26.d_ar.tokenizer import rope2d_angles
+
+    base = 100.0
+    ang = rope2d_angles(3, 4, 8, base)  # axis width 4: frequencies 1, base^-0.5 per axis
+    r, c = 2, 3
+    expected = torch.tensor([r, r * base**-0.5, c, c * base**-0.5])
+    assert ang.shape == (12, 4) and torch.allclose(ang[r * 4 + c], expected)
+    enc = tok.encoder_rope_angles(4, 4)
+    assert enc.shape == (16 + 16, 8)
+    assert torch.equal(enc[:16], rope2d_angles(4, 4, 16, tok.cfg.rope_base)) and not enc[16:].any()
+
+
+def test_vq_losses_cover_exactly_the_tokens_up_to_the_sampled_group():
+    torch.manual_seed(0)
+    m = VQModel(tiny_cfg())
+    x = torch.rand(2, 1, 8, 8) * 2 - 1
+    t = torch.tensor([0.3, 0.7])  # groups 1 and 3 (round): last positions 7 and 15
+    out = m.training_losses(x, t=t)
+    zn = torch.nn.functional.normalize(m.encode_latents(x), dim=-1)
+    per = (m.quantize.codebook()[out["indices"]] - zn).pow(2).mean(-1)
+    mask = torch.arange(16)[None] <= torch.tensor([[7], [15]])
+    assert torch.allclose(out["vq_loss"], per[mask].mean(), atol=1e-6)

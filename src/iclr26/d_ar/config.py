@@ -206,7 +206,8 @@ def config_for(scale: str) -> RunConfig:
     if scale == "paper":
         return RunConfig(eval=EvalConfig(cfg_scale=(1.2, 8.0)), workers=1, device="cuda")
     tok = small_tokenizer()
-    base = RunConfig(tokenizer=tok, gpt=small_gpt(tok))
+    # LPIPS needs pretrained VGG weights: its small-scale stand-in is 0.5 * MSE(x1_hat, x) on the same jump estimate.
+    base = RunConfig(tokenizer=tok, gpt=small_gpt(tok), tok_train=TokenizerTrain(recon_mse_weight=0.5))
     if scale == "small":
         return base
     if scale == "smoke":

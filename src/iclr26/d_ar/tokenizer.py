@@ -575,14 +575,18 @@ class VQModel(nn.Module):
         mask[:, :n_patches] = True
         return mask
 
+    def encoder_rope_angles(self, h: int, w: int, device=None) -> Tensor:
+        """2-D RoPE angles of the h*w patches, then zeros (identity rotation) for the N queries."""
+        angles = rope2d_angles(h, w, self.cfg.head_dim, self.cfg.rope_base, device)
+        return torch.cat([angles, angles.new_zeros(self.cfg.num_all_queries, angles.shape[1])])
+
     def encode_latents(self, x: Tensor) -> Tensor:
         """Continuous (pre-VQ) latents [B, N, vq_dim] of images x [B, C, H, W]."""
         cfg = self.cfg
         p = self.patchify(x)
         B, _, h, w = p.shape
         patches = self.encoder_norm(p.flatten(2).transpose(1, 2))
-        angles = rope2d_angles(h, w, cfg.head_dim, cfg.rope_base, x.device)
-        angles = torch.cat([angles, angles.new_zeros(cfg.num_all_queries, angles.shape[1])])  # queries: identity
+        angles = self.encoder_rope_angles(h, w, x.device)
         rope = rope_tables(angles)
         queries = self.query_linear(self.query_embedding.weight[: cfg.num_all_queries])
         tokens = torch.cat([patches, queries[None].expand(B, -1, -1)], dim=1)
