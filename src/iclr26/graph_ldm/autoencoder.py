@@ -59,21 +59,21 @@ class GraphAE(nn.Module):
     def __init__(self, cfg: AEConfig):
         super().__init__()
         self.cfg = cfg
-        d_in = cfg.max_degree + 1 + cfg.rw_steps + cfg.random_features
+        d_in = cfg.max_degree + 1 + cfg.rw_steps + cfg.spectral_pe + cfg.random_features
         dims = [d_in] + [cfg.hidden] * cfg.layers
         self.gin = nn.ModuleList(DenseGIN(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.to_z = nn.Linear(cfg.hidden * cfg.layers, cfg.d)  # jumping-knowledge concat of all layers
+        self.to_z = nn.Linear(d_in + cfg.hidden * cfg.layers, cfg.d)  # jumping knowledge: inputs and every layer
         h = cfg.hidden
         self.node_mlp = nn.Sequential(nn.Linear(3 * cfg.d, h), nn.SiLU(), nn.Linear(h, h), nn.SiLU(), nn.Linear(h, h))
         self.edge_mlp = nn.Sequential(nn.Linear(2 * h + 1, h), nn.SiLU(), nn.Linear(h, h), nn.SiLU(), nn.Linear(h, 1))
 
     def encode(self, adj: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Z = E_φ(G) ∈ R^{B×N×d} (zero on padding)."""
-        h = node_features(adj, mask, self.cfg.max_degree, self.cfg.rw_steps)
+        h = node_features(adj, mask, self.cfg.max_degree, self.cfg.rw_steps, self.cfg.spectral_pe)
         if self.cfg.random_features:  # random node initialisation: makes nodes of one graph distinguishable
             r = torch.randn(*mask.shape, self.cfg.random_features, generator=generator).to(h)
             h = torch.cat([h, r * mask.unsqueeze(-1).float()], -1)
-        outs = []
+        outs = [h]
         for layer in self.gin:
             h = layer(h, adj, mask)
             outs.append(h)

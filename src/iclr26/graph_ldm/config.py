@@ -25,6 +25,7 @@ class AEConfig:
     layers: dense GIN layers of the encoder.
     max_degree: degree one-hot clipped at this value (node input features of featureless graphs).
     rw_steps: random-walk positional encoding diag((D^-1 A)^k), k = 1..rw_steps.
+    spectral_pe: adjacency eigen-coordinates u_k √|λ_k| as node inputs (half largest, half most negative λ).
     random_features: extra N(0, 1) node inputs (random node initialisation; 0 = off).
     pos_weight: weight edge terms of the BCE by #non-edges / #edges (per batch); False = plain BCE.
     sigma0 (σ0): fixed Gaussian noise on Z during AE training, Z_l = Z + σ0 ε (GeoLDM-style).
@@ -40,6 +41,7 @@ class AEConfig:
     layers: int = 3
     max_degree: int = 20
     rw_steps: int = 8
+    spectral_pe: int = 16
     random_features: int = 0
     pos_weight: bool = True
     sigma0: float = 0.1

@@ -166,8 +166,29 @@ def to_networkx(adj: torch.Tensor, mask: torch.Tensor) -> list[nx.Graph]:
     return out
 
 
-def node_features(adj: torch.Tensor, mask: torch.Tensor, max_degree: int, rw_steps: int) -> torch.Tensor:
-    """Featureless graphs' node inputs: one-hot(min(deg, max_degree)) ⊕ [diag((D^-1 A)^k)]_{k=1..rw_steps}."""
+def spectral_pe(adj: torch.Tensor, k: int) -> torch.Tensor:
+    """Adjacency eigen-coordinates u_ik √|λ_k| of the k/2 largest and k/2 most negative eigenvalues.
+
+    A = Σ_k λ_k u_k u_kᵀ, so a pairwise decoder can rebuild A_ij from products of these coordinates;
+    products u_ik u_jk do not depend on eigenvector signs, which are fixed (largest |entry| positive)
+    only for determinism. Padding rows are zero (their eigenvalues are 0). Returns [B, N, k].
+    """
+    lam, vec = torch.linalg.eigh(adj.double())  # ascending
+    half = k // 2
+    n = adj.shape[-1]
+    idx = torch.cat([torch.arange(n - 1, max(n - 1 - half, -1), -1), torch.arange(0, min(k - half, n))])
+    lam, vec = lam[:, idx], vec[:, :, idx]
+    pivot = vec.abs().argmax(1, keepdim=True)
+    vec = vec * torch.gather(vec, 1, pivot).sign().clamp(min=0).mul(2).sub(1)
+    out = (vec * lam.abs().sqrt().unsqueeze(1)).float()
+    return torch.nn.functional.pad(out, (0, k - out.shape[-1]))
+
+
+def node_features(
+    adj: torch.Tensor, mask: torch.Tensor, max_degree: int, rw_steps: int, n_spectral: int = 0
+) -> torch.Tensor:
+    """Featureless graphs' node inputs: one-hot(min(deg, max_degree)) ⊕ [diag((D^-1 A)^k)]_{k=1..rw_steps}
+    (⊕ ``n_spectral`` adjacency eigen-coordinates, :func:`spectral_pe`)."""
     deg = adj.sum(-1)
     onehot = torch.nn.functional.one_hot(deg.clamp(max=max_degree).long(), max_degree + 1).float()
     walk = adj / deg.clamp(min=1).unsqueeze(-1)  # D^-1 A (isolated / padding rows stay 0)
@@ -175,5 +196,8 @@ def node_features(adj: torch.Tensor, mask: torch.Tensor, max_degree: int, rw_ste
     for _ in range(rw_steps):
         pe.append(power.diagonal(dim1=1, dim2=2))
         power = power @ walk
-    feats = torch.cat([onehot] + [p.unsqueeze(-1) for p in pe], dim=-1)
+    parts = [onehot] + [p.unsqueeze(-1) for p in pe]
+    if n_spectral:
+        parts.append(spectral_pe(adj, n_spectral))
+    feats = torch.cat(parts, dim=-1)
     return feats * mask.unsqueeze(-1).float()
