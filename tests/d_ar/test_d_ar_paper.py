@@ -1,5 +1,9 @@
-"""Paper-scale path on tiny random checkpoints in the official layout: strict loading, shards, FID."""
+"""Paper-scale path on tiny random checkpoints in the official layout: strict loading, shards, FID,
+and the command under torchrun with 2 gloo processes."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +181,58 @@ def test_reconstruct_folder_counts_skipped(ckpts, tmp_path):
     rec = reconstruct_folder(tok, root, 5, 2, "cpu")
     assert rec["n"] == 3 and rec["skipped"] == 1 and rec["recon"].shape == (3, 16, 16, 3)
     assert np.isfinite(rec["psnr"])
+
+
+def test_paper_scale_under_torchrun_two_processes(tmp_path):
+    from iclr26.d_ar.tokenizer import VQModel
+
+    torch.manual_seed(0)
+    cfg = official_tiny_cfg()
+    tok = VQModel(cfg)
+    model = official_dict(cfg)
+    model.update(head_dim=16)
+    model["diff_decoder"].update(repa_layer=1, repa_hidden=16, repa_out_dim=8)
+    torch.save({"config": {"model": model}, "ema": tok.state_dict()}, tmp_path / "tok.pt")
+    ar = Transformer(GPTConfig(dim=32, n_layer=1, n_head=2, multiple_of=16, vocab_size=16, block_size=4))
+    torch.save({"model": ar.state_dict()}, tmp_path / "ar.pt")
+    shards = tmp_path / "shards"
+    sets = {
+        "paper.tokenizer_ckpt": tmp_path / "tok.pt",
+        "paper.gpt_ckpt": tmp_path / "ar.pt",
+        "paper.gpt_model": "custom",
+        "gpt.dim": 32,
+        "gpt.n_layer": 1,
+        "gpt.n_head": 2,
+        "gpt.multiple_of": 16,
+        "paper.num_samples": 10,
+        "paper.shard_size": 3,
+        "paper.per_rank_batch": 2,
+        "paper.out_dir": shards,
+        "device": "cpu",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29517",
+        "-m",
+        "iclr26.cli",
+        "run",
+        "d_ar",
+        "--scale",
+        "paper",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "runs"),
+    ]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(shards.glob("samples_*.npz"))
+    assert [f.name for f in files] == [f"samples_{i:05d}.npz" for i in range(4)]
+    assert sum(len(np.load(f)["arr_0"]) for f in files) == 10

@@ -111,7 +111,7 @@ class PaperConfig:
 
     tokenizer_ckpt: D-AR-tokenizer_v1.pt (dict with 'config' and 'ema' / 'model').
     gpt_ckpt: D-AR-L-360K.pt or D-AR-XL-360K.pt (dict with 'model' / 'ema' / 'module').
-    gpt_model: GPT preset of gpt_ckpt (GPT-L or GPT-XL).
+    gpt_model: GPT preset of gpt_ckpt (GPT-B / GPT-L / GPT-XL / GPT-XXL), or "custom" for the gpt tree.
     out_dir: where per-rank sample shards go ('' = the run folder).
     num_samples: images to generate (50k for FID-50k).
     per_rank_batch: images per generation batch on each rank.
@@ -151,7 +151,6 @@ class RunConfig:
     eval: sampling and metrics.
     paper: paper-scale paths.
     workers: seed-parallel processes (one torch thread each).
-    device: torch device.
     """
 
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -162,7 +161,6 @@ class RunConfig:
     eval: EvalConfig = EvalConfig()
     paper: PaperConfig = PaperConfig()
     workers: int = 2
-    device: str = "cpu"
 
 
 def small_tokenizer() -> TokenizerConfig:
@@ -204,7 +202,7 @@ def small_gpt(tok: TokenizerConfig) -> GPTConfig:
 def config_for(scale: str) -> RunConfig:
     """smoke / small / paper differ only here."""
     if scale == "paper":
-        return RunConfig(eval=EvalConfig(cfg_scale=(1.2, 8.0)), workers=1, device="cuda")
+        return RunConfig(eval=EvalConfig(cfg_scale=(1.2, 8.0)), workers=1)
     tok = small_tokenizer()
     # LPIPS needs pretrained VGG weights: its small-scale stand-in is 0.5 * MSE(x1_hat, x) on the same jump estimate.
     base = RunConfig(tokenizer=tok, gpt=small_gpt(tok), tok_train=TokenizerTrain(recon_mse_weight=0.5))

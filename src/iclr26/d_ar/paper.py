@@ -21,12 +21,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .gpt import Transformer, generate, gpt_preset
+from .gpt import GPTConfig, Transformer, generate, gpt_preset
 from .tokenizer import TokenizerConfig, VQModel
 
 STATE_KEYS = ("ema", "model", "module", "state_dict")
@@ -105,10 +106,20 @@ def load_tokenizer(
 
 
 def load_gpt(
-    path: str | Path, preset: str, vocab_size: int, block_size: int, device: str = "cpu", allow_pickle: bool = False
+    path: str | Path,
+    preset: str | GPTConfig,
+    vocab_size: int,
+    block_size: int,
+    device: str = "cpu",
+    allow_pickle: bool = False,
 ) -> Transformer:
-    """A released AR checkpoint into the LlamaGen-named :class:`Transformer` of ``preset``."""
-    model = Transformer(gpt_preset(preset, vocab_size=vocab_size, block_size=block_size))
+    """A released AR checkpoint into the LlamaGen-named :class:`Transformer` of ``preset`` (a name of
+    ``GPT_PRESETS`` or a :class:`GPTConfig`); vocabulary and length come from the tokenizer."""
+    if isinstance(preset, GPTConfig):
+        gcfg = replace(preset, vocab_size=vocab_size, block_size=block_size)
+    else:
+        gcfg = gpt_preset(preset, vocab_size=vocab_size, block_size=block_size)
+    model = Transformer(gcfg)
     load_strict(model, _state(_read(path, allow_pickle), path), path)
     return model.to(device).eval()
 
@@ -282,14 +293,22 @@ def run_paper(ctx, cfg):
 
     p = cfg.paper
     rank, world = setup_distributed()
-    device = cfg.device
+    device = str(ctx.device)
     if device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
-    tok = load_tokenizer(ctx.require_path("paper.tokenizer_ckpt"), device)
+    tok = load_tokenizer(ctx.require_path("paper.tokenizer_ckpt"), device, p.tokenizer_config, p.allow_pickle)
+    arch = cfg.gpt if p.gpt_model == "custom" else p.gpt_model
     ar = load_gpt(
-        ctx.require_path("paper.gpt_ckpt"), p.gpt_model, tok.cfg.vq_codebook_size, tok.cfg.num_all_queries, device
+        ctx.require_path("paper.gpt_ckpt"),
+        arch,
+        tok.cfg.vq_codebook_size,
+        tok.cfg.num_all_queries,
+        device,
+        p.allow_pickle,
     )
+    if world > 1 and not p.out_dir:
+        raise ValueError("under torchrun every rank needs the same shard folder: --set paper.out_dir=DIR")
     out_dir = Path(p.out_dir) if p.out_dir else ctx.out_dir / "samples"
     seed = ctx.seeds[0]
     paths = write_shards(
