@@ -137,7 +137,9 @@ def _seed_data(base: Transformer, teacher_a: Transformer, cfg: RunConfig, seed: 
     m.update(
         {
             "div_fraction": {k: d.fraction() for k, d in div.items()},
-            "rows_with_div": {k: float(np.mean([len(x) > 0 for x in d.decision_points])) for k, d in div.items()},
+            "rows_with_div": {
+                k: sum(len(x) > 0 for x in d.decision_points) / max(len(d.decision_points), 1) for k, d in div.items()
+            },
             "agreement": {k: div[k].factual_agreement([r.completion for r in rows[k]]) for k in ("A", "B")},
             "brute_force_mismatch": {
                 "A": _brute_force_mismatch(rows["A"][:n_bf], div["A"], ctx_a, w.tie_tol),
