@@ -66,10 +66,12 @@ def train_model(
     g = torch.Generator().manual_seed(int(seed) * 7919 + 3)
     order = [torch.randint(0, len(pairs), (cfg.batch_size,), generator=g) for _ in range(cfg.steps)]
 
+    device = next(model.parameters()).device
+
     def get_batch(step: int, rank: int, world: int):
         sel = order[step % len(order)]
         sel = sel[rank::world]
-        return batch_of(split, pairs[sel], labels[sel])
+        return {k: v.to(device) for k, v in batch_of(split, pairs[sel], labels[sel]).items()}
 
     tcfg = TrainConfig(
         steps=cfg.steps,
@@ -80,7 +82,7 @@ def train_model(
         min_lr_ratio=0.05,
         grad_clip=5.0,
         progress=False,
-        log_every=25,
+        log_every=max(1, min(25, cfg.steps // 10)),
     )
     model.train()
     t0 = time.perf_counter()
@@ -92,10 +94,12 @@ def train_model(
 def score_pairs(model: RelationModel, split: Split, chunk: int = 4096) -> torch.Tensor:
     """Softmax class probabilities [Np, 1 + R] for every ordered pair of a split."""
     model.eval()
+    device = next(model.parameters()).device
     out = []
     for start in range(0, len(split.pair_label), chunk):
         idx = torch.arange(start, min(start + chunk, len(split.pair_label)))
-        out.append(model(batch_of(split, idx)).softmax(-1))
+        batch = {k: v.to(device) for k, v in batch_of(split, idx).items()}
+        out.append(model(batch).softmax(-1).cpu())
     return torch.cat(out)
 
 
