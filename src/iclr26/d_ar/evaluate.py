@@ -134,7 +134,7 @@ def layout_control(
     G = tok.cfg.queries_per_step
     g = torch.Generator().manual_seed(seed + 300)
     target = (y_ref + torch.randint(1, 10, y_ref.shape, generator=g)) % 10
-    ctrl, _ = sample_images(ar, tok, target, seed + 301, False, ev_cfg, prefix=codes_ref[:, :G])
+    ctrl, ctrl_codes = sample_images(ar, tok, target, seed + 301, False, ev_cfg, prefix=codes_ref[:, :G])
     free, _ = sample_images(ar, tok, target, seed + 302, False, ev_cfg)
     d_ctrl = (_pool(ctrl) - _pool(x_ref)).pow(2).flatten(1).sum(1)
     d_free = (_pool(free) - _pool(x_ref)).pow(2).flatten(1).sum(1)
@@ -143,4 +143,4 @@ def layout_control(
         "dist_free": float(d_free.mean()),
         "ratio": float(d_ctrl.mean() / d_free.mean()),
     }
-    return res, {"ref": x_ref, "controlled": ctrl, "free": free, "target": target}
+    return res, {"ref": x_ref, "controlled": ctrl, "free": free, "target": target, "controlled_codes": ctrl_codes}
