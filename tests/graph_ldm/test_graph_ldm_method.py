@@ -299,3 +299,25 @@ def test_community_generator():
     quirk = community_small(3, 0, gdss_seed_quirk=True)
     n0 = quirk[0].number_of_nodes() // 2
     assert sorted(quirk[0].subgraph(range(n0)).edges()) == sorted(nx.gnp_random_graph(n0, 0.7, seed=0).edges())
+
+
+def test_sampler_feeds_previous_step_estimates(monkeypatch):
+    """Step 0 conditions on zero estimates; step n on the denoised output of step n - 1."""
+    m = _model("self")
+    seen, outs = [], []
+    orig_c, orig_l = m.conditions, m.denoise_l
+
+    def spy_c(process, est_l, est_g, mask, gmask):
+        seen.append(est_l.clone())
+        return orig_c(process, est_l, est_g, mask, gmask)
+
+    def spy_l(*args):
+        out = orig_l(*args)
+        outs.append(out.clone())
+        return out
+
+    monkeypatch.setattr(m, "conditions", spy_c)
+    monkeypatch.setattr(m, "denoise_l", spy_l)
+    m.sample(torch.tensor([3, 4]), 4, steps=3)
+    assert len(seen) == 3 and (seen[0] == 0).all()
+    assert torch.equal(seen[1], outs[1]) and torch.equal(seen[2], outs[3])  # two Heun evaluations per step
