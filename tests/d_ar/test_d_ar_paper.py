@@ -134,10 +134,12 @@ def test_shards_cover_all_samples_once_and_resume(ckpts, tmp_path):
     assert sum(len(d["arr_0"]) for d in data) == 10
     assert data[0]["arr_0"].dtype == np.uint8 and data[0]["arr_0"].shape[1:] == (16, 16, 3)
     assert np.concatenate([d["labels"] for d in data]).tolist() == [i % 1000 for i in range(10)]
-    stamp = files[1].stat().st_mtime_ns
-    files[2].unlink()  # a crash lost shard 2: only it is regenerated
+    stamp = files[0].stat().st_mtime_ns
+    before = np.load(files[2])["arr_0"]
+    files[2].unlink()  # rank 0 crashed before finishing shard 2: only that shard is regenerated
     write_shards(tok, ar, out, 10, 3, 2, (1.2, 8.0), 0, 0, 2, "cpu")
-    assert files[2].exists() and files[1].stat().st_mtime_ns == stamp
+    assert files[2].exists() and files[0].stat().st_mtime_ns == stamp
+    assert np.array_equal(np.load(files[2])["arr_0"], before)  # same seed, same images
     fid = fid_from_shards(files, _ref_npz(tmp_path), lambda imgs: imgs.reshape(len(imgs), -1)[:, :6].astype(float))
     assert fid["n_samples"] == 10 and np.isfinite(fid["fid"])
 
