@@ -151,3 +151,12 @@ def test_paper_scale_path_on_a_gdss_fixture(tmp_path):
     assert np.isfinite(rec.results["metrics"]["summary"]["dual"]["avg"]["mean"])
     with pytest.raises(Exception, match="data_dir"):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path, show_progress=False, options=TINY)
+
+
+@pytest.mark.slow
+def test_small_claim_run(tmp_path):
+    """The `small` reproduction (minutes on 2 cores): the gate and every claim are evaluated and reported."""
+    rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
+    claims = {c["name"]: c for c in rec.results["claims"]}
+    assert set(claims) == {"C1", "C2", "C3"} and all(c.get("measured") is not None for c in claims.values())
+    assert "passed" in rec.results["metrics"]["competence_gate"]
