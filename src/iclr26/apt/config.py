@@ -121,7 +121,7 @@ class RunConfig:
     ks: K values of R@K / mR@K / F@K.
     head_k: predicates counted as head (the most frequent ones).
     tail_k: predicates counted as tail (the least frequent ones).
-    mi_clusters: k-means clusters of the MI proxy (same for frozen and adapted embeddings).
+    mi_clusters: k-means clusters of the MI proxy, capped at the subject classes present (same k for both).
     render: render glyph images and train a small CNN detector (not implemented: placeholder flag).
     workers: processes for per-seed work (core.parallel.seed_map), one torch thread each.
     vg_h5: paper scale: VG-SGG-with-attri.h5 (Scene-Graph-Benchmark format).

@@ -62,9 +62,12 @@ def diagnostics(model: RelationModel, data, n_clusters: int, seed: int) -> dict:
     adapted = model.obj_apt(cls, test.obj_vis[s], "detection").numpy()
     frozen = model.obj_static[cls].numpy()
     person = (cls == 0).numpy()
+    # the same cluster count for both: frozen vectors have one point per subject class, so k <= #classes
+    k = min(n_clusters, len(np.unique(cls.numpy())))
     out = {
-        "mi_adapted": mi_proxy(adapted, y, n_clusters, seed),
-        "mi_frozen": mi_proxy(frozen, y, n_clusters, seed),
+        "mi_adapted": mi_proxy(adapted, y, k, seed),
+        "mi_frozen": mi_proxy(frozen, y, k, seed),
+        "mi_clusters": k,
         "pca90_adapted": pca_dims(adapted, 0.9),
         "pca90_frozen": pca_dims(frozen, 0.9),
         "pca95_adapted": pca_dims(adapted, 0.95),
