@@ -115,3 +115,32 @@ def test_paper_scale_runs_on_fixture(tmp_path):
     assert set(got) == {"seed0/b0", "seed0/apt"} and 0 <= got["seed0/apt"]["R@20"] <= 100
     with pytest.raises(ExperimentError, match="vg_h5"):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False)
+
+
+def test_frozen_table_from_a_local_clip_text_encoder(tmp_path):
+    """A tiny random CLIP text encoder saved in the Hugging Face layout stands in for CLIP-text (SDSGG)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from iclr26.apt import CGP
+    from iclr26.apt.names import compute_table
+    from iclr26.core.hf import tiny_byte_tokenizer
+
+    torch.manual_seed(0)
+    cfg = transformers.CLIPTextConfig(
+        vocab_size=262,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=32,
+        pad_token_id=256,
+        bos_token_id=257,
+        eos_token_id=258,
+    )
+    transformers.CLIPTextModel(cfg).save_pretrained(tmp_path)
+    tiny_byte_tokenizer().save_pretrained(tmp_path)
+    table = compute_table(tmp_path, ("standing on", "walking on", "riding"))
+    assert table.shape == (3, 16) and np.allclose(np.linalg.norm(table, axis=1), 1.0, atol=1e-5)
+    e_ov, w = CGP(16, 8, num_basis=4)(torch.from_numpy(table), torch.randn(3, 8))
+    assert e_ov.shape == (3, 16) and torch.allclose(w.sum(-1), torch.ones(3), atol=1e-6)
