@@ -110,3 +110,17 @@ def test_staged_reward_monotone_where_unstaged_drops():
         for staged, expect in ((True, True), (False, False)):
             r, _ = runner.rewards(render_reward(intent, staged), st[1:], ac)
             assert monotone_at_completions(r, steps) is expect
+
+
+def test_fix_error_repairs_only_with_the_right_error_line():
+    from iclr26.rosetta.pipeline import fenced
+
+    intent = Intent((("red_cube", "bin2"),))
+    broken = render_reward(intent, True, ("clone",))
+    backend = ScriptedOfflineBackend()
+    good_line = '    tcp = state["tcp_pos"].clone()\n'
+    reply = backend.complete("fix_error", build("fix_error", code=fenced(broken), error="x", error_line=good_line))
+    assert ".clone()" not in reply and "def compute_dense_reward" in reply
+    for wrong in ("", '    pos1 = state["red_cube_pos"]\n'):
+        reply = backend.complete("fix_error", build("fix_error", code=fenced(broken), error="x", error_line=wrong))
+        assert "could not find" in reply
