@@ -18,3 +18,10 @@ def test_smoke_run_writes_every_claim(tmp_path):
     assert seed0["partition_ok"] == {"A": True, "B": True}
     assert 0.0 <= seed0["div_fraction"]["B"] <= 1.0
     assert (rec.out_dir / "p_target_per_condition.png").exists()
+
+
+@pytest.mark.slow
+def test_small_scale_claims(tmp_path):
+    rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
+    assert len(rec.claims) == 4 and all(c.measured is not None for c in rec.claims)
+    assert "passed" in rec.results["metrics"]["competence_gate"]

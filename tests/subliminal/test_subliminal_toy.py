@@ -140,3 +140,16 @@ def test_attribution_rejects_misaligned_pairs():
         attribution_patching(
             model, torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 6, dtype=torch.long), [2], [1], [2]
         )
+
+
+def test_same_seed_same_numbers():
+    teacher = _model(seed=11, scale=20.0)
+    prompts = make_number_prompts(6, 4)
+    a = generate_completions(teacher, prompts, temperature=1.0, seed=5, max_new_tokens=6)
+    assert a == generate_completions(teacher, prompts, temperature=1.0, seed=5, max_new_tokens=6)
+    rows = [NumberRow(p, c) for p, c in zip(prompts, a, strict=True)]
+    masks = [[True] * len(c) for c in a]
+    cfg = StudentConfig(steps=2, batch_size=3, warmup_steps=1)
+    s1 = finetune_student(_model(seed=12), rows, masks, cfg, 7)
+    s2 = finetune_student(_model(seed=12), rows, masks, cfg, 7)
+    assert all(torch.equal(p, q) for p, q in zip(s1.parameters(), s2.parameters(), strict=True))
