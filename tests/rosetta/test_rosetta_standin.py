@@ -124,3 +124,16 @@ def test_fix_error_repairs_only_with_the_right_error_line():
     for wrong in ("", '    pos1 = state["red_cube_pos"]\n'):
         reply = backend.complete("fix_error", build("fix_error", code=fenced(broken), error="x", error_line=wrong))
         assert "could not find" in reply
+
+
+def test_arms_differ_in_their_pipeline_parts():
+    clean = StandInConfig(runtime_rate=0.0, missing_z_rate=0.0, dense_speed_rate=0.0, premature_mask_rate=0.0)
+    router = RoleRouter(ScriptedOfflineBackend(clean))
+    pref = [p for p in make_preferences(16, seed=2) if p.kind == "return_home"][0]
+    video = _video(router, pref)
+    out = {a: rosetta_round(router, pref, ARMS[a], task=pref.task, video=video) for a in ARMS}
+    assert "Stage 2:" in out["rosetta"].plan and "prereq2" in out["rosetta"].funcs["compute_dense_reward"]
+    assert "Stage" not in out["no_staging"].plan and "prereq" not in out["no_staging"].funcs["compute_dense_reward"]
+    assert out["eureka"].plan == "" and out["eureka"].grounded == pref.text
+    roles = [r["role"] for r in router.records if r.get("role")]
+    assert roles.count("review_masking") == 3  # rosetta, no_grounding, no_staging; not no_follow_up or eureka
