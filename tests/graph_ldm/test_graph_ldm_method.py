@@ -267,7 +267,10 @@ def test_mismatch_zero_for_cluster_means():
     gmask = torch.ones(1, 2, dtype=torch.bool)
     zg, _ = masked_cluster_mean(zl, torch.tensor([[0, 0, 1, 1]]), 2)
     assert global_local_mismatch(zl, zg, mask, gmask)[0] == pytest.approx(0.0, abs=1e-6)
-    assert global_local_mismatch(zl, zg * 2, mask, gmask)[0] > 0.3
+    # Ẑ_g = 2 × cluster means: c = mean_j ‖m_j‖ / sqrt(mean_j ‖2 m_j‖²), m = (1, 0), (-1.1, 0.1)
+    n0, n1 = 1.0, math.hypot(1.1, 0.1)
+    expect = (n0 + n1) / 2 / math.sqrt((4 * n0**2 + 4 * n1**2) / 2)
+    assert global_local_mismatch(zl, zg * 2, mask, gmask)[0] == pytest.approx(expect, rel=1e-5)
 
 
 # ---- 8. decoder ----------------------------------------------------------------------------------

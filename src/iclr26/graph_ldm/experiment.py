@@ -78,8 +78,6 @@ def _sample_metrics(graphs, mism, ref, train, kernel, validity):
 
 def run_seed(job: SeedJob) -> dict[str, Any]:
     """AE + every variant for one seed; metrics per variant (module-level: runs in a worker process)."""
-    import torch
-
     from .autoencoder import edge_accuracy
     from .data import erdos_renyi_like, generate
     from .metrics import graph_features, mmd_all
@@ -122,7 +120,6 @@ def run_seed(job: SeedJob) -> dict[str, Any]:
         fresh = generate(cfg.dataset, cfg.data.n_samples, seed + 20_000, cfg.data.gdss_seed_quirk)
         out["noise_floor"] = mmd_all(graph_features(fresh), job.ref_features, cfg.kernel)
     out["seconds"] = time.perf_counter() - t0
-    torch.set_num_threads(torch.get_num_threads())
     return out
 
 

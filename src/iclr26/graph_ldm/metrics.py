@@ -16,6 +16,7 @@ V.U.N.: valid (planar: connected and planar), unique (WL hash, then exact isomor
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import networkx as nx
@@ -115,12 +116,19 @@ def planar_valid(g: nx.Graph) -> bool:
     return g.number_of_nodes() > 0 and nx.is_connected(g) and nx.check_planarity(g)[0]
 
 
+def _wl_hash(g: nx.Graph) -> str:
+    """Weisfeiler-Lehman hash (a bucket key only; equality is decided by exact isomorphism)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # networkx 3.5 notice about changed hash values
+        return nx.weisfeiler_lehman_graph_hash(g)
+
+
 def _iso_classes(graphs: Sequence[nx.Graph]) -> tuple[list[int], dict[str, list[int]]]:
     """Index of each graph's isomorphism class representative; WL hash buckets of representatives."""
     reps: dict[str, list[int]] = {}
     cls = []
     for i, g in enumerate(graphs):
-        h = nx.weisfeiler_lehman_graph_hash(g)
+        h = _wl_hash(g)
         match = next((r for r in reps.get(h, []) if nx.is_isomorphic(graphs[r], g)), None)
         if match is None:
             reps.setdefault(h, []).append(i)
@@ -138,11 +146,8 @@ def vun(generated: Sequence[nx.Graph], train: Sequence[nx.Graph], validity=None)
     unique = [cls[i] == i for i in range(n)]
     train_hash: dict[str, list[nx.Graph]] = {}
     for g in train:
-        train_hash.setdefault(nx.weisfeiler_lehman_graph_hash(g), []).append(g)
-    novel = [
-        not any(nx.is_isomorphic(g, t) for t in train_hash.get(nx.weisfeiler_lehman_graph_hash(g), []))
-        for g in generated
-    ]
+        train_hash.setdefault(_wl_hash(g), []).append(g)
+    novel = [not any(nx.is_isomorphic(g, t) for t in train_hash.get(_wl_hash(g), [])) for g in generated]
     valid = [validity(g) for g in generated] if validity is not None else None
     out: dict[str, float | None] = {"unique": float(np.mean(unique)), "novel": float(np.mean(novel))}
     out["valid"] = float(np.mean(valid)) if valid is not None else None
