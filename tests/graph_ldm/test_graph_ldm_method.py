@@ -276,7 +276,7 @@ def test_mismatch_zero_for_cluster_means():
 # ---- 8. decoder ----------------------------------------------------------------------------------
 def test_decoded_adjacency_symmetric_binary_zero_diagonal():
     torch.manual_seed(0)
-    ae = GraphAE(AEConfig(hidden=16))
+    ae = GraphAE(AEConfig(hidden=16, d=8))
     zl, zg, mask, gmask = _latents(d=8)
     adj = ae.decode(zl, zg, mask, gmask)
     assert torch.equal(adj, adj.transpose(1, 2))
