@@ -10,6 +10,7 @@ __all__ = [
     "E3Config",
     "E4Config",
     "ModelConfig",
+    "PretrainConfig",
     "PaperConfig",
     "RLConfig",
     "RunConfig",
@@ -28,6 +29,7 @@ class TaskConfig:
     hard_k_min: the hard split has k in [hard_k_min, k_max].
     easy_k_max: the easy split (competence gate) has k in [k_min, easy_k_max].
     p_leftmost: teacher's probability of taking the leftmost unused item (the entropy knob).
+    distinct: the items of a prompt are distinct digits.
     n_eval: held-out prompts per evaluation split.
     eval_samples: n of avg@n at evaluation.
     eval_temperature: inference temperature (paper: 0.6).
@@ -38,6 +40,7 @@ class TaskConfig:
     hard_k_min: int = 5
     easy_k_max: int = 4
     p_leftmost: float = 0.5
+    distinct: bool = True
     n_eval: int = 300
     eval_samples: int = 8
     eval_temperature: float = 0.6
@@ -60,6 +63,21 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class PretrainConfig:
+    """The "base model" stage before SFT (ours; the paper starts SFT from the math base Qwen2.5-Math-7B):
+    running-sum chains and in-order copies of prompts, not the task itself.
+
+    steps: optimiser steps.
+    batch_size: sequences per step.
+    lr: peak AdamW learning rate (warmup then cosine).
+    """
+
+    steps: int = 800
+    batch_size: int = 64
+    lr: float = 1e-3
+
+
+@dataclass(frozen=True)
 class SFTConfig:
     """Supervised fine-tuning on teacher responses (paper: 5-6 epochs; the rest is ours).
 
@@ -71,7 +89,7 @@ class SFTConfig:
     """
 
     epochs: int = 6
-    batch_size: int = 32
+    batch_size: int = 8
     lr: float = 3e-3
     warmup_frac: float = 0.05
     weight_decay: float = 0.01
@@ -119,7 +137,7 @@ class RLConfig:
 class E2Config:
     """E2, RL temperature and the entropy rule.
 
-    init_prompts: N of the SFT init (R = 1).
+    init: index into E1's datasets of the SFT init RL starts from.
     temperatures: the fixed-T grid (paper: 0.6, 0.85, 1.0).
     entropy_target: H_T the calibrator aims at (paper: 0.3 nats).
     t_min: lower end of the calibration range.
@@ -128,7 +146,7 @@ class E2Config:
     calib_prompts: prompts (x G rollouts) per entropy measurement.
     """
 
-    init_prompts: int = 1600
+    init: int = 5
     temperatures: tuple[float, ...] = (0.6, 0.85, 1.0, 1.3)
     entropy_target: float = 0.3
     t_min: float = 0.3
@@ -157,7 +175,7 @@ class E4Config:
     budget_frac: budget as a fraction of the teacher length for k_max.
     """
 
-    enabled: bool = True
+    enabled: bool = False
     budget_frac: float = 0.6
 
 
@@ -193,6 +211,7 @@ class RunConfig:
 
     task: the toy task.
     model: the tiny causal LM.
+    pretrain: the base-model stage every SFT run starts from.
     sft: supervised fine-tuning.
     e1: SFT scaling datasets.
     rl: GRPO settings shared by E2-E4.
@@ -205,6 +224,7 @@ class RunConfig:
 
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     e1: E1Config = field(default_factory=E1Config)
     rl: RLConfig = field(default_factory=RLConfig)
@@ -223,11 +243,13 @@ def config_for(scale: str) -> RunConfig:
             base,
             task=replace(base.task, n_eval=24, eval_samples=2),
             model=replace(base.model, d_model=32),
-            sft=replace(base.sft, epochs=1),
+            pretrain=replace(base.pretrain, steps=10, batch_size=16),
+            sft=replace(base.sft, epochs=1, batch_size=16),
             e1=E1Config(n_prompts=(40, 80, 40, 80), n_responses=(1, 1, 2, 2)),
             rl=replace(base.rl, steps=3, prompts_per_step=4, group_size=4),
-            e2=replace(base.e2, init_prompts=80, temperatures=(0.6, 1.0), calib_prompts=8, tol=0.05),
+            e2=replace(base.e2, init=1, temperatures=(0.6, 1.0), calib_prompts=8, tol=0.05),
             e3=E3Config(weak=0, strong=3),
+            e4=replace(base.e4, enabled=True),
             workers=1,
         )
     return base

@@ -13,7 +13,7 @@ import torch
 from .config import RunConfig
 from .entropy import calibrate_temperature
 from .task import ToyTask
-from .toy import build_model, evaluate, rl_train, rollout_entropy, sft_dataset, train_sft
+from .toy import build_model, evaluate, pretrain_base, rl_train, rollout_entropy, sft_dataset, train_sft
 
 __all__ = ["Job", "Splits", "make_task", "run_job", "splits"]
 
@@ -33,7 +33,7 @@ class Splits:
 
 
 def make_task(cfg: RunConfig) -> ToyTask:
-    return ToyTask(cfg.task.k_min, cfg.task.k_max, cfg.task.p_leftmost)
+    return ToyTask(cfg.task.k_min, cfg.task.k_max, cfg.task.p_leftmost, cfg.task.distinct)
 
 
 def splits(cfg: RunConfig, seed: int) -> Splits:
@@ -47,7 +47,7 @@ def splits(cfg: RunConfig, seed: int) -> Splits:
 
 @dataclass(frozen=True)
 class Job:
-    """kind: "sft" | "calibrate" | "rl". seed: run seed. key: what the job computes (dataset index,
+    """kind: "pretrain" | "sft" | "calibrate" | "rl". seed: run seed. key: what the job computes (dataset index,
     temperature, ...). state: the init's state dict (calibrate / rl)."""
 
     kind: str
@@ -64,12 +64,21 @@ def _eval(cfg: RunConfig, model, prompts: list, seed: int) -> dict[str, float]:
     )
 
 
+def _pretrain(job: Job) -> dict:
+    """The base model of one seed (shared by every SFT run of that seed)."""
+    cfg, seed = job.cfg, job.seed
+    model = build_model(cfg.model, seed)
+    p = cfg.pretrain
+    losses = pretrain_base(model, make_task(cfg), p.steps, p.batch_size, p.lr, seed)
+    return {"key": job.key, "final_loss": losses[-1], "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
 def _sft(job: Job) -> dict:
     cfg, seed, (idx,) = job.cfg, job.seed, job.key
     task, sp = make_task(cfg), splits(cfg, seed)
     n, r = cfg.e1.n_prompts[idx], cfg.e1.n_responses[idx]
     prompts, responses = sft_dataset(task, n, r, seed, sp.exclude)
-    model = build_model(cfg.model, seed)
+    model = _load(cfg, seed, job.state) if job.state is not None else build_model(cfg.model, seed)
     losses = train_sft(model, task, prompts, responses, cfg.sft, seed)
     out = {
         "key": job.key,
@@ -79,7 +88,8 @@ def _sft(job: Job) -> dict:
         "hard": _eval(cfg, model, sp.hard, seed),
         "state": {k: v.clone() for k, v in model.state_dict().items()},
     }
-    out["easy"] = _eval(cfg, model, sp.easy, seed)
+    if idx == cfg.e3.strong:  # the competence gate's easy-split accuracy
+        out["easy"] = _eval(cfg, model, sp.easy, seed)
     return out
 
 
@@ -130,9 +140,9 @@ def _rl(job: Job) -> dict:
 
 def run_job(job: Job) -> dict:
     """Dispatch one job (module-level, picklable for process pools)."""
-    fn = {"sft": _sft, "calibrate": _calibrate, "rl": _rl}.get(job.kind)
+    fn = {"pretrain": _pretrain, "sft": _sft, "calibrate": _calibrate, "rl": _rl}.get(job.kind)
     if fn is None:
         raise ValueError(f"unknown job kind {job.kind!r}")
     out = fn(job)
     out["seed"] = job.seed
-    return copy.deepcopy(out) if job.kind != "sft" else out
+    return copy.deepcopy(out) if job.kind not in ("sft", "pretrain") else out

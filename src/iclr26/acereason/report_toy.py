@@ -22,10 +22,9 @@ GATE_RL_GAIN = 3.0  # RL at the paper's baseline T = 1.0 over its init (points)
 
 
 def _e2_index(cfg: RunConfig) -> int:
-    for i, (n, r) in enumerate(zip(cfg.e1.n_prompts, cfg.e1.n_responses, strict=True)):
-        if n == cfg.e2.init_prompts and r == 1:
-            return i
-    raise ValueError(f"E2 init ({cfg.e2.init_prompts}, 1) is not one of E1's datasets")
+    if not 0 <= cfg.e2.init < len(cfg.e1.n_prompts):
+        raise ValueError(f"e2.init={cfg.e2.init} is not an index into E1's {len(cfg.e1.n_prompts)} datasets")
+    return cfg.e2.init
 
 
 def _map(ctx: RunContext, cfg: RunConfig, jobs: list[Job], desc: str) -> list[dict]:
@@ -40,7 +39,10 @@ def run_toy(ctx: RunContext, cfg: RunConfig) -> RunOutput:
     if len(cfg.e1.n_prompts) != len(cfg.e1.n_responses):
         raise ValueError("e1.n_prompts and e1.n_responses must have the same length")
     seeds, e2i, weak, strong = ctx.seeds, _e2_index(cfg), cfg.e3.weak, cfg.e3.strong
-    sft = _map(ctx, cfg, [Job("sft", cfg, s, (i,)) for s in seeds for i in range(len(cfg.e1.n_prompts))], "SFT")
+    base = {o["seed"]: o["state"] for o in _map(ctx, cfg, [Job("pretrain", cfg, s, ()) for s in seeds], "base")}
+    sft = _map(
+        ctx, cfg, [Job("sft", cfg, s, (i,), base[s]) for s in seeds for i in range(len(cfg.e1.n_prompts))], "SFT"
+    )
     state = {(o["seed"], o["key"][0]): o["state"] for o in sft}
     inits = sorted({e2i, weak, strong})
     cal = _map(ctx, cfg, [Job("calibrate", cfg, s, (i,), state[(s, i)]) for s in seeds for i in inits], "calibrate")

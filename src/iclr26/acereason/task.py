@@ -51,14 +51,18 @@ class ToyTask:
     """Generator of prompts and teacher responses.
 
     k_min, k_max: item count range. p_leftmost: the teacher's probability of taking the leftmost unused
-    item (the entropy knob).
+    item (the entropy knob). distinct: the items of a prompt are distinct digits (which items are still
+    unused can then be read off by matching tokens; with repeats it needs counting).
     """
 
     k_min: int = 2
     k_max: int = 6
     p_leftmost: float = 0.5
+    distinct: bool = True
 
     def __post_init__(self) -> None:
+        if self.distinct and self.k_max > 10:
+            raise ValueError("distinct items need k_max <= 10")
         if not 1 <= self.k_min <= self.k_max:
             raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
         if not 0.0 <= self.p_leftmost <= 1.0:
@@ -76,6 +80,8 @@ class ToyTask:
     def random_items(self, rng: random.Random, k_range: tuple[int, int] | None = None) -> tuple[int, ...]:
         lo, hi = k_range or (self.k_min, self.k_max)
         k = rng.randint(lo, hi)
+        if self.distinct:
+            return tuple(rng.sample(range(10), k))
         return tuple(rng.randrange(10) for _ in range(k))
 
     def prompts(

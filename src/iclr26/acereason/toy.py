@@ -105,6 +105,50 @@ def train_sft(
     return fit(model, _sft_loss, get_batch, tcfg, log=log).losses
 
 
+def _pretrain_row(task: ToyTask, rng: random.Random) -> tuple[list[int], list[int]]:
+    """One "base model" sequence and its loss positions: half are running-sum chains ``a1 s1 .. ak sk``
+    (loss on the sums), half copy a prompt ``Q a1 .. ak = a1 .. ak EOS`` in order (loss on the copy)."""
+    items = task.random_items(rng)
+    if rng.random() < 0.5:
+        row, s = [], 0
+        for a in items:
+            s = (s + a) % 10
+            row += [a, s]
+        return row, list(range(1, len(row), 2))
+    prompt = task.encode_prompts([items])[0].tolist()
+    return prompt + list(items) + [EOS], list(range(len(prompt), len(prompt) + len(items) + 1))
+
+
+def pretrain_base(
+    model: Transformer,
+    task: ToyTask,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    log: Callable[..., None] | None = None,
+) -> list[float]:
+    """The "base model" stage (the paper's SFT starts from a math-pretrained base, Qwen2.5-Math-7B): generic
+    skills the CoT uses, addition mod 10 and reading a prompt's items, without the task itself (no item
+    choice, no interleaving of items and sums, no answer format)."""
+    width = task.prompt_len + task.max_response_len
+
+    def get_batch(step: int, rank: int, world: int) -> tuple[Tensor, Tensor]:
+        rng = random.Random(f"pretrain-{seed}-{step}")
+        tokens = torch.full((batch_size, width), PAD, dtype=torch.long)
+        mask = torch.zeros(batch_size, width)
+        for b in range(batch_size):
+            row, pos = _pretrain_row(task, rng)
+            tokens[b, : len(row)] = torch.tensor(row)
+            mask[b, pos] = 1.0
+        return tokens, mask
+
+    tcfg = TrainConfig(
+        steps=steps, lr=lr, weight_decay=0.01, warmup_steps=max(1, steps // 20), progress=False, log_every=0
+    )
+    return fit(model, _sft_loss, get_batch, tcfg, log=log).losses
+
+
 @dataclass
 class Rollouts:
     """A batch of sampled responses.
