@@ -55,7 +55,7 @@ class PPOConfig:
     gae_lambda: float = 0.9
     clip: float = 0.2
     update_epochs: int = 8
-    num_minibatches: int = 8
+    num_minibatches: int = 4
     vf_coef: float = 0.5
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
