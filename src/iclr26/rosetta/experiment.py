@@ -301,7 +301,7 @@ def _summaries(seeds, rows, chains, rl) -> tuple[dict, dict]:
         "C1": {
             "final_share": float(np.mean(final)),
             "draft_share": float(np.mean(draft)),
-            "monotone_share": float(np.nanmean(mono)),
+            "monotone_share": float(np.nanmean(mono)) if np.isfinite(mono).any() else float("nan"),
             "per_seed_final": final,
             "per_seed_draft": draft,
             "per_seed_monotone": mono,
