@@ -71,3 +71,19 @@ def test_cached_sampler_matches_core_generate():
 def test_pass_at_k_hand_values():
     assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 5, 4) == 1.0
     assert math.isclose(pass_at_k(8, 2, 1), 0.25) and math.isclose(pass_at_k(4, 1, 2), 0.5)
+
+
+def test_cached_step_logits_equal_a_full_forward():
+    model = build_model(ModelConfig(d_model=32), 0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0)  # sharp attention: a position error changes the logits visibly
+    prompt = torch.randint(0, 15, (4, 8), generator=torch.Generator().manual_seed(0))
+    steps: list = []
+    seq, _ = cached_generate(
+        model, prompt, 6, temperature=1.0, generator=torch.Generator().manual_seed(2), step_logits=steps
+    )
+    with torch.no_grad():
+        full = model(seq).logits
+    for j, lg in enumerate(steps):
+        assert torch.allclose(lg, full[:, 8 + j - 1], atol=1e-4, rtol=1e-4)

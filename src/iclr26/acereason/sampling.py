@@ -49,9 +49,10 @@ def cached_generate(
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     pad_id: int = 0,
+    step_logits: list | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(tokens [B, T0 + n], valid [B, n])`` exactly as :func:`iclr26.core.transformer.generate` returns them
-    (``temperature=0`` is greedy)."""
+    (``temperature=0`` is greedy). ``step_logits``: if a list is given, each step's ``[B, V]`` logits are appended."""
     cfg = model.cfg
     if not cfg.causal or cfg.pos != "rope" or model.interventions:
         raise ValueError("cached_generate supports causal RoPE models without interventions")
@@ -67,6 +68,8 @@ def cached_generate(
         for i, block in enumerate(model.blocks):
             x, caches[i] = _block(block, x, pos, caches[i], cfg.rope_base)
         logits = _logits(model, x[:, -1]).float()
+        if step_logits is not None:
+            step_logits.append(logits)
         if temperature == 0:
             nxt = logits.argmax(-1)
         else:
