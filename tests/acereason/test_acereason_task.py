@@ -3,6 +3,7 @@
 import math
 import random
 
+import pytest
 import torch
 
 from iclr26.acereason.config import ModelConfig
@@ -87,3 +88,36 @@ def test_cached_step_logits_equal_a_full_forward():
         full = model(seq).logits
     for j, lg in enumerate(steps):
         assert torch.allclose(lg, full[:, 8 + j - 1], atol=1e-4, rtol=1e-4)
+
+
+def test_sft_loss_counts_response_tokens_only():
+    from iclr26.acereason.toy import _sft_loss
+
+    task = ToyTask()
+    model = build_model(ModelConfig(d_model=32), 0)
+    tokens, mask = task.encode_sft([(1, 2), (3, 4, 5)], [[1, 1, 2, 3, HASH, 3, EOS], [3, 3, 4, 7, 5, 2, HASH, 2, EOS]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(tokens[:, :-1]).logits, -1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    m = mask[:, 1:]
+    assert float(_sft_loss(model, (tokens, mask))) == pytest.approx(float(-(logp * m).sum() / m.sum()), rel=1e-5)
+    assert int(m.sum()) == 7 + 9
+
+
+def test_rl_step_logs_the_entropy_of_logits_over_t():
+    """With lr 0 the logged H_T of step 0 is that of the rollouts at the sampling temperature."""
+    from dataclasses import replace
+
+    from iclr26.acereason.config import RLConfig
+    from iclr26.acereason.toy import rl_train, rollout_entropy
+
+    task = ToyTask()
+    model = build_model(ModelConfig(d_model=32), 0)
+    cfg = replace(RLConfig(), steps=1, prompts_per_step=2, group_size=2, lr=0.0, overlong_filter=False)
+    for t in (0.5, 2.0):
+        hist = rl_train(model, task, cfg, t, seed=4, exclude=set())
+        rng = random.Random("rl-4-0")
+        prompts = task.prompts(2, rng, (cfg.k_min, task.k_max))
+        rep = [p for p in prompts for _ in range(2)]
+        gen_seed = 4 * 1009 + 17
+        h = rollout_entropy(model, task, rep, t, task.max_response_len, gen_seed)
+        assert hist[0]["entropy"] == pytest.approx(h, rel=1e-5)
