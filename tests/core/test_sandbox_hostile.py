@@ -341,7 +341,7 @@ def test_kernel_layer_stops_escaped_code(unharmed):
             ("killpg", None): "err: EPERM",
             ("setsid", None): "err: EPERM",
             ("thread", None): "ok: thread [1]",  # threads are fine: the filter refuses processes only
-            ("tmp", None): "ok: []",  # a private /tmp
+            ("tmp", None): f"ok: {_kept_tmp_tops()}",  # a private /tmp (holding only a kept environment)
             ("run", None): "ok: []",  # no daemon sockets or FIFOs
             ("dev", None): "ok: ['full', 'null', 'random', 'urandom', 'zero']",  # no disks or ttys to write to
             ("procs", None): "ok: [1, 2]",  # the PID namespace holds init and the worker only
@@ -461,3 +461,46 @@ def test_kernel_layer_is_available_or_cleanly_refused():
     assert KERNEL_WHY is None or KERNEL_WHY.startswith("IsolationUnavailable: kernel isolation is unavailable"), (
         KERNEL_WHY
     )
+
+
+def _kept_tmp_tops() -> list[str]:
+    """What the sandbox's /tmp holds: the top folders of the interpreter/import paths that live under /tmp."""
+    from iclr26.core.sandbox_kernel import _kept_dirs_under_tmp
+
+    keep = [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable]
+    kept = _kept_dirs_under_tmp(tuple(os.path.realpath(os.path.abspath(p)) for p in keep if p))
+    return sorted({d.split("/")[2] for d in kept})
+
+
+@needs_kernel
+def test_kernel_layer_keeps_an_environment_that_lives_under_tmp(tmp_path_factory, monkeypatch):
+    """/tmp becomes a fresh tmpfs in the sandbox; a virtualenv or import path under /tmp (a CI clone in /tmp,
+    pytest's tmp_path) must stay importable there, read-only, instead of vanishing."""
+    from iclr26.core.sandbox import DEFAULT_ALLOWED_IMPORTS
+    from iclr26.core.sandbox_kernel import _kept_dirs_under_tmp
+
+    tmp_path = tmp_path_factory.mktemp("under_tmp")
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "iclr26_tmp_probe.py").write_text("VALUE = 41 + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = run_untrusted(
+        "import iclr26_tmp_probe\nresult = iclr26_tmp_probe.VALUE",
+        allowed_imports=(*DEFAULT_ALLOWED_IMPORTS, "iclr26_tmp_probe"),
+        isolation="kernel",
+        limits=FAST,
+    )
+    assert (res.ok, res.value, res.isolation) == (True, 42, "kernel"), res
+    # kept, but read-only: escaped code (Python layers disabled) cannot write into it
+    res = run_untrusted(
+        "result = x('write', target)",
+        {"target": str(tmp_path / "planted.py")},
+        tools=ESCAPED,
+        isolation="kernel",
+        limits=FAST,
+    )
+    assert (res.ok, res.value) == (True, "err: EROFS"), res
+    assert not (tmp_path / "planted.py").exists()
+    assert _kept_dirs_under_tmp(("/tmp/a/b", "/tmp/a", "/usr/lib", "/tmp")) == (
+        ["/tmp/a"] if os.path.isdir("/tmp/a") else []
+    )
+    assert _kept_dirs_under_tmp((str(tmp_path / "x.py"), str(tmp_path))) == [str(tmp_path)]

@@ -47,6 +47,7 @@ _NS_FLAGS = (
     | CLONE_NEWTIME
 )
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_RDONLY, MS_REC, MS_PRIVATE = 2, 4, 8, 1, 0x4000, 1 << 18
+MS_REMOUNT, MS_BIND = 32, 0x1000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, AT_FDCWD = 0x1, 0x2, 0x8000, -100
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 38, 22, 24
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 47, 4, 2
@@ -259,8 +260,29 @@ def enter_namespaces(tmpfs_bytes: int, keep: tuple[str, ...] = (), tmpfs_inodes:
     )
     _hide(libc, tuple(os.path.realpath(k) for k in keep))
     _minimal_dev(libc)
-    opts = f"size={max(int(tmpfs_bytes), 4096)},nr_inodes={int(tmpfs_inodes)},mode=0700".encode()
-    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount(tmpfs on /tmp)")
+    # an interpreter or virtualenv living under /tmp would vanish under the fresh tmpfs: keep it, read-only
+    under_tmp = _kept_dirs_under_tmp(tuple(os.path.realpath(k) for k in keep))
+    fds = {d: os.open(d, os.O_PATH | os.O_DIRECTORY) for d in under_tmp}
+    try:
+        opts = f"size={max(int(tmpfs_bytes), 4096)},nr_inodes={int(tmpfs_inodes)},mode=0700".encode()
+        _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount(tmpfs on /tmp)")
+        for d, fd in fds.items():
+            os.makedirs(d, exist_ok=True)
+            _check(libc.mount(f"/proc/self/fd/{fd}".encode(), d.encode(), None, MS_BIND | MS_REC, None), f"bind {d}")
+            _check(
+                libc.mount(None, d.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+                f"remount {d} read-only",
+            )
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _kept_dirs_under_tmp(keep: tuple[str, ...]) -> list[str]:
+    """The outermost existing directories among ``keep`` (files: their folder) strictly below /tmp."""
+    dirs = sorted({k if os.path.isdir(k) else os.path.dirname(k) for k in keep if k.startswith("/tmp/")})
+    dirs = [d for d in dirs if d.startswith("/tmp/") and os.path.isdir(d)]
+    return [d for d in dirs if not any(d != o and d.startswith(o + os.sep) for o in dirs)]
 
 
 def set_pdeathsig(expected_parent: int) -> None:
