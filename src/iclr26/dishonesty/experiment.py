@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import seed_map
 from iclr26.core.report import markdown_table, save_fig
 from iclr26.dishonesty.config import EvalConfig, RunConfig, config_for
 from iclr26.dishonesty.monitors import OutputMonitor
@@ -331,7 +332,6 @@ def _seed_mean(per_seed: list[dict], key: str) -> float:
 def _run_seed_worker(args) -> dict:
     """One seed in a worker process; the training log rows travel back with the result."""
     seed, cfg = args
-    torch.set_num_threads(cfg.threads)
     rows: list = []
     m = run_seed(seed, cfg, progress=False, log=lambda step, **kw: rows.append((step, kw)))
     m["_log"] = rows
@@ -350,14 +350,8 @@ def run(ctx: RunContext) -> RunOutput:
 
     workers = min(cfg.workers, len(ctx.seeds), os.cpu_count() or 1)
     jobs = [(int(s), cfg) for s in ctx.seeds]
-    if workers == 1:
-        per_seed = [_run_seed_worker(job) for job in ctx.progress(jobs, desc="seeds")]
-    else:  # seeds are independent and fully seeded: same numbers as the sequential loop
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            per_seed = list(ctx.progress(pool.map(_run_seed_worker, jobs), total=len(jobs), desc="seeds"))
+    # seeds are independent and fully seeded: the same numbers in-process (workers == 1) or in a pool
+    per_seed = seed_map(_run_seed_worker, jobs, workers=workers, threads_per_worker=cfg.threads, progress=ctx.progress)
     for s, m in zip(ctx.seeds, per_seed):
         for step, scalars in m.pop("_log"):
             ctx.log(step, series=f"seed{s}/toy_gpt", **scalars)

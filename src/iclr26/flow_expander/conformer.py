@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table
 
 from .config import ConformerConfig
@@ -317,11 +318,11 @@ def _evaluate_data(pos: np.ndarray, cfg: ConformerConfig) -> dict:
 
 def run_conformers(ctx: RunContext, cfg: ConformerConfig) -> tuple[dict, dict, dict, list[str]]:
     """All seeds of T3; returns (metrics, measured {"C3": ...}, tables, notes)."""
-    torch.set_num_threads(cfg.threads)
     per_seed, source = [], ""
-    for seed in ctx.progress(ctx.seeds, desc="T3 seeds"):
-        m, source = run_conformer_seed(cfg, seed, ctx.device, ctx)
-        per_seed.append(m)
+    with torch_threads(cfg.threads):
+        for seed in ctx.progress(ctx.seeds, desc="T3 seeds"):
+            m, source = run_conformer_seed(cfg, seed, ctx.device, ctx)
+            per_seed.append(m)
     names = ["PRE", *T3_METHODS]
     keys = [k for k in per_seed[0]["PRE"]]
     metrics = {"T3": {n: {k: [m[n][k] for m in per_seed] for k in per_seed[0][n]} for n in [*names, "data"]}}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, save_fig
 
 from .config import MethodSettings, RunConfig, T1Methods, T2Methods, ToyConfig, config_for
@@ -172,16 +173,17 @@ def _summarise(per_seed: dict, seeds) -> tuple[dict, dict]:
 def run_toys(ctx: RunContext, cfg: RunConfig) -> tuple[dict, dict, dict, list[str]]:
     """T1 and T2 on every seed; returns (metrics, measured {"C1", "C2"}, tables, notes)."""
     toy = cfg.toy
-    torch.set_num_threads(toy.threads)  # tiny 2-D MLPs: one thread is as fast as two under contention
     specs = (("T1", make_t1, toy_methods(cfg.t1, T1_NAMES, toy)), ("T2", make_t2, toy_methods(cfg.t2, T2_NAMES, toy)))
     per_seed: dict = {"T1": [], "T2": []}
     first_samples = {}
-    for seed in ctx.progress(ctx.seeds, desc="T1/T2 seeds"):
-        for tname, maker, methods in specs:
-            task = maker(toy.n_data, seed)
-            m, samples = run_task(task, methods, toy, seed, ctx)
-            per_seed[tname].append(m)
-            first_samples.setdefault(tname, (task, samples))
+    # tiny 2-D MLPs: one thread is as fast as two under contention (the count is restored afterwards)
+    with torch_threads(toy.threads):
+        for seed in ctx.progress(ctx.seeds, desc="T1/T2 seeds"):
+            for tname, maker, methods in specs:
+                task = maker(toy.n_data, seed)
+                m, samples = run_task(task, methods, toy, seed, ctx)
+                per_seed[tname].append(m)
+                first_samples.setdefault(tname, (task, samples))
     for tname, (task, samples) in first_samples.items():
         plot_samples(ctx.figure_path(f"samples_{tname}"), task, samples)
     plot_iteration_curves(ctx.figure_path("entropy_validity_vs_iteration"), per_seed)

@@ -25,6 +25,7 @@ import torch
 
 from iclr26.core.config import config_to_dict
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import seed_map
 from iclr26.core.report import markdown_table, save_fig
 
 from .config import GridConfig, RunConfig, config_for
@@ -108,7 +109,6 @@ def one_run(
 def _job(args: tuple) -> tuple[tuple, dict, list]:
     """One grid cell in a worker process; also returns its logged training curve."""
     name, setting, frac, seed, cfg = args
-    torch.set_num_threads(1)
     curve: list = []
 
     def log(step, **scalars):
@@ -136,17 +136,11 @@ def run_grid(ctx: RunContext, cfg: RunConfig) -> dict[tuple, dict]:
         for step, scalars in curve:
             ctx.log(step, series=f"{d}/{st}/{100 * f:g}%/seed{s}", **scalars)
 
-    if grid.workers <= 1:
-        for job in ctx.progress(jobs, desc="forgetting runs"):
-            collect(*_job(job))
-        return out
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=grid.workers, mp_context=mp.get_context("spawn")) as pool:
-        futs = [pool.submit(_job, j) for j in jobs]
-        for fut in ctx.progress(as_completed(futs), total=len(futs), desc="forgetting runs"):
-            collect(*fut.result())
+    # one torch thread per cell, in this process (workers <= 1) or in spawn worker processes
+    for cell in seed_map(
+        _job, jobs, workers=grid.workers, threads_per_worker=1, progress=ctx.progress, desc="forgetting runs"
+    ):
+        collect(*cell)
     return out
 
 

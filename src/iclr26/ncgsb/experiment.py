@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from iclr26.core.experiment import Claim, Experiment, RunContext, RunOutput
+from iclr26.core.parallel import seed_map
 from iclr26.ncgsb.config import RunConfig, config_for
 
 
@@ -86,28 +87,20 @@ def run(ctx: RunContext) -> RunOutput:
         from iclr26.ncgsb.paper_run import run_paper
 
         return run_paper(ctx)
-    from iclr26.ncgsb.jobs import jobs_for_seed, run_job
+    from iclr26.ncgsb.jobs import jobs_for_seed
 
     jobs = [(seed, job) for seed in ctx.seeds for job in jobs_for_seed(cfg)]
-    results: dict = {}
     start = time.perf_counter()
-    bar = ctx.progress(total=len(jobs), desc="ncgsb fits")
-    if cfg.workers > 0:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(
-            max_workers=cfg.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init
-        ) as pool:
-            futs = {pool.submit(run_job, cfg, seed, job): (seed, job) for seed, job in jobs}
-            for fut in as_completed(futs):
-                results[futs[fut]] = fut.result()
-                bar.update(1)
-    else:
-        for seed, job in jobs:
-            results[(seed, job)] = run_job(cfg, seed, job)
-            bar.update(1)
-    bar.close()
+    # one worker process per job (one torch thread each) when workers > 0; in-process otherwise
+    fitted = seed_map(
+        _run_item,
+        [(cfg, seed, job) for seed, job in jobs],
+        workers=cfg.workers,
+        threads_per_worker=1 if cfg.workers > 0 else None,
+        progress=ctx.progress,
+        desc="ncgsb fits",
+    )
+    results = dict(zip(jobs, fitted))
     for (seed, job), res in sorted(results.items(), key=lambda kv: str(kv[0])):
         for step, row in res.get("log", []):
             ctx.log(step, series=f"seed{seed}/{'_'.join(map(str, job))}", **row)
@@ -118,10 +111,12 @@ def run(ctx: RunContext) -> RunOutput:
     return out
 
 
-def _worker_init() -> None:
-    import torch
+def _run_item(item: tuple) -> dict:
+    """One (config, seed, job) fit; module-level so worker processes can run it."""
+    from iclr26.ncgsb.jobs import run_job
 
-    torch.set_num_threads(1)
+    cfg, seed, job = item
+    return run_job(cfg, seed, job)
 
 
 EXPERIMENT = Experiment(

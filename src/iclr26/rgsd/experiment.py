@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import seed_map
 from iclr26.core.report import markdown_table, save_fig
 
 from .config import RunConfig, config_for
@@ -129,9 +130,7 @@ def _job(args: tuple) -> dict[str, Any]:
     from .puppet import make_references
     from .trainer import RefBank, train_arm
 
-    cfg, seed, arm, enc_state, threads = args
-    if threads:
-        torch.set_num_threads(threads)
+    cfg, seed, arm, enc_state = args
     bank = RefBank(make_references(cfg.puppet))
     enc = None
     if enc_state is not None:
@@ -155,13 +154,16 @@ def _job(args: tuple) -> dict[str, Any]:
 
 
 def _run_jobs(ctx: RunContext, cfg: RunConfig, jobs: list[tuple]) -> list[dict[str, Any]]:
-    if cfg.workers <= 1 or len(jobs) == 1:
-        return [_job(j) for j in ctx.progress(jobs, total=len(jobs), desc="rgsd arms")]
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(cfg.workers) as pool:
-        jobs = [(c, s, a, e, 1) for (c, s, a, e, _) in jobs]
-        return list(ctx.progress(pool.imap(_job, jobs), total=len(jobs), desc="rgsd arms"))
+    """In this process (threads unchanged) or one spawn worker per job with one torch thread each."""
+    pooled = cfg.workers > 1 and len(jobs) > 1
+    return seed_map(
+        _job,
+        jobs,
+        workers=cfg.workers,
+        threads_per_worker=1 if pooled else None,
+        progress=ctx.progress,
+        desc="rgsd arms",
+    )
 
 
 def run(ctx: RunContext) -> RunOutput:
@@ -183,7 +185,7 @@ def run(ctx: RunContext) -> RunOutput:
         enc, stats = pretrain_encoder(cfg, bank, seed, log=ctx.logger(f"seed{seed}/pretrain"))
         c1[seed] = stats
         state = enc.state_dict() if need_enc else None
-        jobs += [(cfg, seed, arm, state if arm in ("rgsd", "imitation") else None, 0) for arm in cfg.arms]
+        jobs += [(cfg, seed, arm, state if arm in ("rgsd", "imitation") else None) for arm in cfg.arms]
     results = _run_jobs(ctx, cfg, jobs)
     for r in results:
         for row in r.pop("curves"):
