@@ -32,15 +32,15 @@ def test_layout_relay_positions_and_mask():
     relay = Relay(torch.randn(4, n, CFG.model.d_model), torch.tensor([[3, 9]] * 4), torch.tensor([[True, False]] * 4))
     out = m(b["cur"], b["instr"], relay, output_attentions=True)
     lay = out.layout
-    assert lay["vision"] == slice(1, 17) and lay["relay"] == slice(17, 19) and lay["instr"] == slice(19, 24)
-    assert lay["T"] == 25  # [SYS] V(16) R̂(2) I(5) [ASK]
+    assert lay["vision"] == slice(2, 18) and lay["relay"] == slice(18, 20) and lay["instr"] == slice(20, 25)
+    assert lay["T"] == 26  # [SYS][Q] V(16) R̂(2) I(5) [ASK]
     pos = lay["positions"][0]
-    assert pos[17:19].tolist() == [3, 9]  # relay tokens reuse their source patches' position ids
-    assert pos[:17].tolist() == list(range(17)) and pos[19:].tolist() == list(range(19, 25))
+    assert pos[18:20].tolist() == [3, 9]  # relay tokens reuse their source patches' position ids
+    assert pos[:18].tolist() == list(range(18)) and pos[20:].tolist() == list(range(20, 26))
     a = out.attentions[0]
-    others = torch.arange(25) != 18
-    assert (a[:, :, others, 18] == 0).all()  # an empty relay slot is never attended (but by itself)
-    causal = torch.ones(25, 25, dtype=torch.bool).triu(1)
+    others = torch.arange(26) != 19
+    assert (a[:, :, others, 19] == 0).all()  # an empty relay slot is never attended (but by itself)
+    causal = torch.ones(26, 26, dtype=torch.bool).triu(1)
     assert (a[..., causal] == 0).all()  # causal mask unchanged
 
 
@@ -77,7 +77,7 @@ def test_make_relay_uses_selected_patches_and_source_positions():
     morph = Morphology(kind, torch.full((4, N_CELLS), 0.5), torch.ones(4, N_CELLS))
     relay = make_relay(m, out, morph, CFG.vif)
     assert relay.tokens.shape == (4, CFG.vif.relay_n, CFG.model.d_model)
-    assert relay.positions[:, 0].tolist() == [8] * 4  # patch 7 sits at position 1 + 7
+    assert relay.positions[:, 0].tolist() == [9] * 4  # patch 7 sits at position 2 + 7
     assert relay.valid[:, 0].all() and not relay.valid[:, 1].any()
 
 

@@ -137,7 +137,7 @@ class EvalConfig:
     episodes: int = 400
     turns: int = 8
     topology: Literal["linear", "circular"] = "linear"
-    batch: int = 200
+    batch: int = 400
     ablations: bool = True
     drop_examples: int = 400
 
@@ -164,7 +164,7 @@ class RunConfig:
     vif: ViFConfig = ViFConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
-    pretrain: TrainConfig = TrainConfig(steps=600, lr=3e-3, warmup_steps=30, weight_decay=0.05, desc="pretrain")
+    pretrain: TrainConfig = TrainConfig(steps=1200, lr=3e-3, warmup_steps=30, weight_decay=0.05, desc="pretrain")
     stage1: TrainConfig = TrainConfig(steps=150, lr=1e-3, warmup_steps=8, weight_decay=0.05, desc="vif stage 1")
     stage2: TrainConfig = TrainConfig(steps=150, lr=5e-4, warmup_steps=3, weight_decay=0.05, desc="vif stage 2")
     baseline: TrainConfig = TrainConfig(steps=300, lr=5e-4, warmup_steps=6, weight_decay=0.05, desc="baseline")

@@ -5,7 +5,10 @@ The LM's attention modules are :class:`HookedAttention`, which runs the explicit
 calls a post-softmax hook ``hook(layer, p) -> p'`` (ViF's reallocation, Table 1's token drop) and keeps
 each token's key norm ‖K_j‖ (the Key-Norm signal, Sec. 4.4). Sequence layout (Sec. 4.2)::
 
-    [SYS] V_1..V_16 [R̂_1..R̂_n] [question] [msg_1..msg_4] [ASK] -> yes / no
+    [SYS] [question] V_1..V_16 [R̂_1..R̂_n] [question] [msg_1..msg_4] [ASK] -> yes / no
+
+(system prompt = [SYS] + the task question, as an agent's role prompt states its task; instruction =
+the question and the upstream messages).
 
 Position ids run 0..T-1 except the relay slots, which reuse their source patches' ids.
 """
@@ -23,6 +26,8 @@ from iclr26.core.transformer import Attention, Transformer, TransformerConfig, a
 from iclr26.vif.config import ModelConfig, ViFConfig
 from iclr26.vif.data import ASK, COLORS, N_CELLS, NO, PATCH_DIM, SHAPE_NAMES, SYS, VOCAB, YES
 from iclr26.vif.method import RelayBlock
+
+N_SYS = 2  # [SYS] [question]
 
 
 class HookedAttention(Attention):
@@ -83,7 +88,8 @@ class TinyVLM(nn.Module):
         self.cfg = cfg
         d = cfg.d_model
         self.encoder = nn.Sequential(nn.Linear(PATCH_DIM, cfg.enc_hidden), nn.GELU(), nn.Linear(cfg.enc_hidden, d))
-        self.projector = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+        n_cls = 1 + len(COLORS) * len(SHAPE_NAMES)
+        self.projector = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
         tcfg = TransformerConfig(
             vocab_size=VOCAB, d_model=d, n_layers=cfg.n_layers, n_heads=cfg.n_heads, max_len=64, pos="rope"
         )
@@ -93,8 +99,8 @@ class TinyVLM(nn.Module):
             hooked.load_state_dict(block.attn.state_dict())
             block.attn = hooked
         self.f = RelayBlock(d, vif.f_layers, vif.f_heads)
-        # linear probe of the vision encoder's cell features (CLIP stand-in pretraining; not used at inference)
-        self.cell_head = nn.Linear(d, 1 + len(COLORS) * len(SHAPE_NAMES))
+        # linear probe of the encoder's cell features (the vision encoder's own pretraining; unused after)
+        self.cell_head = nn.Linear(d, n_cls)
 
     def set_hook(self, hook) -> None:
         for block in self.lm.blocks:
@@ -112,19 +118,21 @@ class TinyVLM(nn.Module):
         dev = patches.device
         vis = self.vision_tokens(patches)
         emb = self.lm.embed
-        sys_e = emb(torch.full((B, 1), SYS, device=dev))
+        # system prompt: [SYS] + the task question (every agent's role prompt states the task)
+        sys_e = emb(torch.cat([torch.full((B, 1), SYS, device=dev), instr[:, :1]], 1))
         ask_e = emb(torch.full((B, 1), ASK, device=dev))
         ins_e = emb(instr)
         n = 0 if relay is None else relay.tokens.shape[1]
+        S = N_SYS
         parts = [sys_e, vis] + ([relay.tokens] if relay is not None else []) + [ins_e, ask_e]
         x = torch.cat(parts, 1)
         T = x.shape[1]
         pos = torch.arange(T, device=dev)[None].expand(B, T).clone()
         mask = None
         if relay is not None and n:
-            pos[:, 1 + N_CELLS : 1 + N_CELLS + n] = relay.positions
+            pos[:, S + N_CELLS : S + N_CELLS + n] = relay.positions
             mask = torch.ones(B, T, dtype=torch.bool, device=dev)
-            mask[:, 1 + N_CELLS : 1 + N_CELLS + n] = relay.valid
+            mask[:, S + N_CELLS : S + N_CELLS + n] = relay.valid
         self.set_hook(hook)
         try:
             out = self.lm(inputs_embeds=x, position_ids=pos, attention_mask=mask, output_attentions=output_attentions)
@@ -135,9 +143,9 @@ class TinyVLM(nn.Module):
         key_norms = torch.stack([b.attn.key_norm for b in self.lm.blocks], -1)
         k = instr.shape[1]
         layout = {
-            "vision": slice(1, 1 + N_CELLS),
-            "relay": slice(1 + N_CELLS, 1 + N_CELLS + n),
-            "instr": slice(1 + N_CELLS + n, 1 + N_CELLS + n + k),
+            "vision": slice(S, S + N_CELLS),
+            "relay": slice(S + N_CELLS, S + N_CELLS + n),
+            "instr": slice(S + N_CELLS + n, S + N_CELLS + n + k),
             "T": T,
             "n": n,
             "positions": pos,
