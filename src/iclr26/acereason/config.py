@@ -90,7 +90,7 @@ class SFTConfig:
 
     epochs: int = 6
     batch_size: int = 8
-    lr: float = 3e-3
+    lr: float = 1e-3
     warmup_frac: float = 0.05
     weight_decay: float = 0.01
 
