@@ -54,7 +54,9 @@ def test_claim_rules():
     assert not CHECK["C1"](_c1(zero_adv_step0={"0.6": 0.3, "1.0": 0.3}))
     c2 = {"acc": {"0.6": 40.0, "0.85": 45.0, "1.0": 44.0}, "acc_t_star": 43.5}
     assert CHECK["C2"](c2)
-    assert not CHECK["C2"](dict(c2, acc_t_star=41.0))  # not 2 points over T = 0.6
+    flat = {"0.6": 40.0, "0.85": 41.5, "1.0": 41.0}
+    assert not CHECK["C2"]({"acc": flat, "acc_t_star": 41.0})  # near the best T but not 2 points over T = 0.6
+    assert CHECK["C2"]({"acc": flat, "acc_t_star": 42.0})
     assert not CHECK["C2"](dict(c2, acc_t_star=42.9))  # more than 2 below the best T
     c3 = {"weak_before": 20.0, "strong_before": 40.0, "weak_after": 40.0, "strong_after": 50.0}
     assert CHECK["C3"](c3)
