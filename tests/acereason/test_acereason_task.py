@@ -121,3 +121,35 @@ def test_rl_step_logs_the_entropy_of_logits_over_t():
         gen_seed = 4 * 1009 + 17
         h = rollout_entropy(model, task, rep, t, task.max_response_len, gen_seed)
         assert hist[0]["entropy"] == pytest.approx(h, rel=1e-5)
+
+
+def test_held_out_splits_and_training_prompts_are_disjoint():
+    from iclr26.acereason.config import config_for
+    from iclr26.acereason.pipeline import make_task, splits
+    from iclr26.acereason.toy import rl_prompts, sft_dataset
+
+    cfg = config_for("small")
+    task, sp = make_task(cfg), splits(cfg, 0)
+    assert len(sp.hard) == 300 and all(5 <= len(p) <= 6 for p in sp.hard)
+    assert all(2 <= len(p) <= 4 for p in sp.easy)
+    train, _ = sft_dataset(task, 400, 1, 0, sp.exclude)
+    rl = [p for step in range(20) for p in rl_prompts(task, cfg.rl, 0, step, sp.exclude)]
+    assert not (set(train) | set(rl)) & sp.exclude and all(len(p) >= 5 for p in rl)
+
+
+def test_base_stage_rows_train_on_sums_and_copies_only():
+    from iclr26.acereason.toy import _pretrain_row
+
+    rng, task = random.Random(0), ToyTask()
+    seen = set()
+    for _ in range(50):
+        row, pos = _pretrain_row(task, rng)
+        if row[0] == PAD or row[0] == Q:  # a prompt copy: loss on the copied items and EOS
+            k = row.index(12) - row.index(Q) - 1
+            assert pos == list(range(task.prompt_len, task.prompt_len + k + 1)) and row[-1] == EOS
+            seen.add("copy")
+        else:  # a chain a1 s1 a2 s2 ..: loss on the sums only
+            assert pos == list(range(1, len(row), 2))
+            assert all(row[i] == (row[i - 2] + row[i - 1]) % 10 for i in range(3, len(row), 2))
+            seen.add("chain")
+    assert seen == {"copy", "chain"}

@@ -237,6 +237,12 @@ def evaluate(
     return out
 
 
+def rl_prompts(task: ToyTask, cfg: RLConfig, seed: int, step: int, exclude: set) -> list:
+    """The prompts of RL step ``step``: hard (k >= cfg.k_min), none held out, the same for every T."""
+    rng = random.Random(f"rl-{seed}-{step}")
+    return task.prompts(cfg.prompts_per_step, rng, (cfg.k_min, task.k_max), exclude=exclude)
+
+
 def rl_train(
     model: Transformer,
     task: ToyTask,
@@ -260,8 +266,7 @@ def rl_train(
     gen = torch.Generator().manual_seed(seed * 1009 + 17)
     history = []
     for step in range(cfg.steps):
-        rng = random.Random(f"rl-{seed}-{step}")
-        prompts = task.prompts(cfg.prompts_per_step, rng, (cfg.k_min, task.k_max), exclude=exclude)
+        prompts = rl_prompts(task, cfg, seed, step, exclude)
         rep = [p for p in prompts for _ in range(cfg.group_size)]
         ro = sample_rollouts(model, task, rep, temperature, budget, gen)
         rewards, loss_mask = apply_overlong_filter(ro.rewards, ro.response_mask, ro.truncated, flt)
