@@ -131,6 +131,9 @@ def test_hook_bands_shallow_untouched_middle_sharpened_deep_moved():
     assert (mid[..., rows, :][..., active[0]].sum(-1) > p[..., rows, :][..., active[0]].sum(-1)).all()
     assert (deep[..., rows, :][..., instr[0]].sum(-1) > p[..., rows, :][..., instr[0]].sum(-1)).all()
     assert stats.max_row_err < 1e-6 and stats.max_move_err < 1e-6 and stats.rows > 0
+    # the middle band collects from inactive vision tokens (column 1) as well as from the instruction
+    torch.testing.assert_close(mid[..., 2:, 1], 0.9 * p[..., 2:, 1])
+    torch.testing.assert_close(mid[..., 6:, 5:8], 0.9 * p[..., 6:, 5:8])
 
 
 def test_stats_catch_a_wrong_move():
