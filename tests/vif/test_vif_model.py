@@ -11,7 +11,7 @@ from iclr26.vif.config import DataConfig, config_for
 from iclr26.vif.data import N_CELLS, NONE, cell_labels, make_scenes, patches, train_messages, view_masks
 from iclr26.vif.mas import Episodes, parents, run_mas
 from iclr26.vif.method import UNIMODAL, Morphology
-from iclr26.vif.tiny import Relay, TinyVLM, freeze_for
+from iclr26.vif.tiny import Relay, TinyVLM, freeze_for, type_masks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CFG = config_for("smoke")
@@ -160,3 +160,16 @@ def test_run_mas_seeded_and_relay_pipeline():
     assert res.summary()["hs"] > 0
     r = empty_relay(m, 2, 3)
     assert r.tokens.shape == (2, 3, CFG.model.d_model) and not r.valid.any()
+
+
+def test_type_masks_relay_tokens_are_active_vision():
+    m, b = _model(), _batch()
+    relay = Relay(torch.randn(4, 2, CFG.model.d_model), torch.tensor([[3, 9]] * 4), torch.tensor([[True, False]] * 4))
+    out = m(b["cur"], b["instr"], relay)
+    inactive = torch.zeros(4, N_CELLS, dtype=torch.bool)
+    inactive[:, :3] = True
+    vision, active, instr = type_masks(out.layout, 4, ~inactive, relay.valid)
+    assert vision[0, 2:20].all() and not vision[0, :2].any() and not vision[0, 20:].any()
+    assert active[0, 18] and not active[0, 19]  # a valid relay token receives mass, an empty slot does not
+    assert not active[0, 2:5].any() and active[0, 5:18].all()
+    assert instr[0, 20:25].all() and not instr[0, 25]
