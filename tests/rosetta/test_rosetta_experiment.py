@@ -40,3 +40,14 @@ def test_claim_rules():
 def test_small_claims(tmp_path):
     rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
     assert all(c.passed for c in rec.claims), [(c.name, c.measured) for c in rec.claims]
+
+
+def test_small_config_trains_the_stated_preference_kinds():
+    from iclr26.rosetta.config import config_for
+    from iclr26.rosetta.intent import make_preferences
+
+    p = config_for("small").pipeline
+    for seed in (0, 7):
+        singles = [x for x in make_preferences(16, seed, n_chains=p.n_chains) if x.chain is None][: p.n_preferences]
+        kinds = sorted(singles[i].kind for i in p.rl_preferences)
+        assert kinds == ["not_that_one", "ordered", "other_bin", "return_home", "return_home", "reverse"]
