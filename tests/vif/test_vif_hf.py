@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -112,3 +113,57 @@ def test_load_pope_marks_bad_rows(tmp_path):
     assert "row 2 (question_id 3): missing or unknown answer" in out[2].error
     assert "row 3 (question_id 4): missing question" in out[3].error
     assert out[4].error.startswith("row 4: invalid JSON")
+
+
+def _agent():
+    from iclr26.vif.hf_run import HFAgent
+
+    model = _tiny_llava()
+    model.set_attn_implementation(register_vif_attention())
+    vocab = {
+        w: i for i, w in enumerate("is there a dog cat car in the image answer yes or no agent answered".split(), 3)
+    }
+
+    def encode(prompt, image):
+        words = [vocab.get(w.strip(".?:1234567890").lower(), 2) for w in prompt.split()]
+        ids = torch.tensor([[1] + [IMAGE_TOKEN] * 4 + words])
+        pix = torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1)[None] / 255.0
+        return {"input_ids": ids, "pixel_values": torch.nn.functional.interpolate(pix, size=28)}
+
+    return HFAgent(model, encode, vocab["yes"], vocab["no"], IMAGE_TOKEN, 4)
+
+
+def test_paper_chain_on_tiny_llava_with_pope_rows(tmp_path):
+    from dataclasses import replace
+
+    from PIL import Image
+
+    from iclr26.vif.config import ViFConfig
+    from iclr26.vif.hf_run import bands_for, evaluate_rows, run_chain, summarise_rows
+
+    assert bands_for(32) == (tuple(range(12)), tuple(range(12, 24)), tuple(range(24, 32)))
+    Image.new("RGB", (8, 8), (0, 200, 0)).save(tmp_path / "a.jpg")
+    (tmp_path / "b.jpg").write_bytes(b"broken")
+    lines = [
+        {"question_id": 1, "image": "a.jpg", "text": "Is there a dog in the image?", "label": "yes"},
+        {"question_id": 2, "image": "b.jpg", "text": "Is there a cat in the image?", "label": "no"},
+    ]
+    (tmp_path / "pope.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    rows = load_pope(tmp_path / "pope.jsonl")
+    agent = _agent()
+    seeded = run_chain(agent, rows[0], 3, ViFConfig(), use_vif=True, seeded=True)
+    assert len(seeded) == 3 and seeded[0] is False
+    ident = replace(ViFConfig(), alpha_mid=0.0, alpha_deep=0.0, tau=1.0)
+    text = run_chain(agent, rows[0], 3, ident, use_vif=False, seeded=False)
+    assert run_chain(agent, rows[0], 3, ident, use_vif=True, seeded=False) == text
+    out = evaluate_rows(agent, rows, 2, ViFConfig())
+    assert {f["row"] for f in out["failed"]} == {1} and len(out["failed"]) == 4
+    assert "cannot decode image" in out["failed"][0]["error"]
+    m = summarise_rows(out)
+    assert m["vif_seeded"]["episodes"] == 1 and m["text_natural"]["episodes"] == 1
+    wrong = _agent()
+    wrong.n_image_tokens = 576  # image-token count at odds with the config: the episode fails, named
+    out = evaluate_rows(wrong, rows[:1], 2, ViFConfig())
+    assert "vif_seeded" not in out and "text_seeded" in out
+    assert {f["variant"] for f in out["failed"]} == {"vif_seeded", "vif_natural"}
+    assert "row 0: 4 image tokens, the config expects 576" in out["failed"][0]["error"]
