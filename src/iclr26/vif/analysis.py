@@ -72,7 +72,7 @@ def evaluate(cfg: RunConfig, models: dict[str, TinyVLM], seed: int) -> dict:
             ident = replace(cfg.vif, relay=False, alpha_mid=0.0, alpha_deep=0.0, tau=1.0)
             red = run_mas(models["baseline"], ep, ident, ec, dc, True, seeded, seed)
             out["alpha0_same_answers"] = float((red.correct == base.correct).mean())
-        if seeded and ec.ablations:
+        if seeded and occ and ec.ablations:  # ablations where the relay carries new evidence
             for name, (mname, vcfg) in ablation_variants(cfg).items():
                 res = run_mas(models[mname], ep, vcfg, ec, dc, True, seeded, seed)
                 out["ablations"].setdefault(name, {})[f"{view}_{split}"] = res.summary()

@@ -130,7 +130,8 @@ class EvalConfig:
     turns (T): agent turns per episode.
     topology: "linear" chain (each agent reads the last max_msgs answers) or "circular" (4-agent rounds).
     batch: episodes per forward batch.
-    ablations: also evaluate training-free / frozen-LLM / relay-only / reallocation-only / random relay.
+    ablations: also evaluate training-free / frozen-LLM / relay-only / reallocation-only / random relay
+        (occluded views, seeded split).
     drop_examples: examples of the token-drop study by morphology and band (Table 1); 0 skips it.
     """
 
@@ -170,7 +171,7 @@ class RunConfig:
     baseline: TrainConfig = TrainConfig(steps=300, lr=5e-4, warmup_steps=6, weight_decay=0.05, desc="baseline")
     eval: EvalConfig = EvalConfig()
     batch: int = 64
-    workers: int = 2
+    workers: int = 3
     model_path: str = ""
     data_path: str = ""
     image_root: str = ""
