@@ -60,7 +60,7 @@ def figures(ctx, cfg: RunConfig, per_seed: list[dict]) -> None:
             xy = (person[key] - mean) @ vt[:2].T
             for p in np.unique(person["label"]):
                 m = person["label"] == p
-                ax.scatter(xy[m, 0], xy[m, 1], s=8, label=PREDICATES[p - 1])
+                ax.scatter(xy[m, 0], xy[m, 1], s=8, color=plt.cm.tab20(int(p) % 20), label=PREDICATES[p - 1])
             ax.set_title(f"'person' subject embeddings: {key}")
         axes[1].legend(fontsize=6, ncol=2)
         save_fig(fig, ctx.figure_path("person_embeddings"))
