@@ -1,5 +1,7 @@
 """Trainable masks in both presets (8.4), GRPO math (8.5), KL (8.6), reduction (8.8), groups (8.9)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from iclr26.core.grpo import group_advantages, grpo_loss
 from iclr26.vtool_r1.charts import make_chart
 from iclr26.vtool_r1.executor import ToolExecutor
 from iclr26.vtool_r1.model import ANS_LEN, ID, Q_LEN, R1_LEN, TinyToolVLM, TinyVLMConfig
-from iclr26.vtool_r1.vtool import PRESETS, VToolConfig, dual_clip_policy_loss, grpo_step, low_var_kl, vtool_loss
+from iclr26.vtool_r1.vtool import KL_CLAMP, PRESETS, VToolConfig, dual_clip_policy_loss, grpo_step, vtool_loss
 
 TINY = TinyVLMConfig(d_model=32, n_layers=1, n_heads=2)
 
@@ -123,13 +125,45 @@ def test_token_mean_aggregation():
     assert float(dual_clip_policy_loss(lp, lp, adv, mask)) == pytest.approx(-0.25)
 
 
-def test_low_var_kl():
-    a = torch.randn(50)
-    assert low_var_kl(a, a).abs().max() == 0
-    b = torch.randn(50) * 3
-    assert (low_var_kl(a, b) >= 0).all()
-    assert float(low_var_kl(torch.tensor([0.0]), torch.tensor([30.0]))) == 10.0
-    assert float(low_var_kl(torch.tensor([0.0]), torch.tensor([1.0]))) == pytest.approx(np.e - 2)
+def test_kl_term_is_verls_low_var_kl():
+    """The KL term is k3 = exp(ref − logp) − (ref − logp) − 1 per token, clamped at 10 (verl's low_var_kl)."""
+    from iclr26.core.grpo import kl_k3
+
+    def low_var_kl(lp, ref):  # verl's formula, written out
+        d = (ref - lp).clamp(-20, 20)
+        return (torch.exp(d) - d - 1).clamp(-10, 10)
+
+    one = torch.ones(1, 1)
+    assert float(kl_k3(torch.zeros(1, 1), torch.full((1, 1), 30.0), one, clamp=KL_CLAMP)) == 10.0
+    assert float(kl_k3(torch.zeros(1, 1), torch.ones(1, 1), one, clamp=KL_CLAMP)) == pytest.approx(np.e - 2)
+    a, b = torch.randn(4, 50), torch.randn(4, 50) * 3
+    mask = (torch.rand(4, 50) > 0.3).float()
+    want = (low_var_kl(a, b) * mask).sum() / mask.sum()
+    assert float(kl_k3(a, b, mask, clamp=KL_CLAMP)) == pytest.approx(float(want), rel=1e-5)
+    # inside vtool_loss, with the policy term zero (adv = 0): loss = β · that mean
+    cfg = VToolConfig(kl_coef=0.5)
+    got = vtool_loss(a, a, b, torch.zeros(4), mask, cfg)
+    assert float(got) == pytest.approx(0.5 * float(want), rel=1e-5)
+
+
+def test_one_update_raises_positive_advantage_samples_and_lowers_negative_ones():
+    """A sign error in the advantage or the surrogate flips both directions."""
+    torch.manual_seed(0)
+    model = TinyToolVLM(TINY)
+    samples = [make_chart(np.random.default_rng(i)) for i in range(2) for _ in range(4)]
+    g = torch.arange(2).repeat_interleave(4)
+    gen = torch.Generator().manual_seed(0)
+    ro = R.rollout_tools(model, samples, g, ToolExecutor(), 1.0, 1.0, "v2", gen, allow_tools=False)
+    ro.rewards = torch.tensor([1.0, 0, 1, 0, 0, 1, 1, 0])
+    adv = group_advantages(ro.rewards, ro.group)
+    before = (R.sequence_logprobs(model, ro) * ro.mask).sum(1).detach()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cfg = VToolConfig(group_size=4, n_prompts=2, kl_coef=0.0, minibatches=1, process_reward=0.0)
+    grpo_step(model, copy.deepcopy(model), opt, ro, cfg, torch.Generator().manual_seed(1))
+    after = (R.sequence_logprobs(model, ro) * ro.mask).sum(1).detach()
+    delta = after - before
+    assert (delta[adv > 0] > 0).all(), delta
+    assert (delta[adv < 0] < 0).all(), delta
 
 
 def test_tools_disabled_loss_equals_text_grpo_loss():

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from iclr26.core.grpo import group_advantages, masked_aggregate
+from iclr26.core.grpo import group_advantages, kl_k3, policy_loss
 
 from .charts import ChartSample
 from .executor import ToolExecutor
@@ -35,7 +35,6 @@ __all__ = [
     "SFTConfig",
     "VToolConfig",
     "dual_clip_policy_loss",
-    "low_var_kl",
     "sft_init",
     "train_grpo",
     "vtool_loss",
@@ -102,12 +101,6 @@ PRESETS = {
 
 
 # ------------------------------------------------------------------------------------------ losses
-def low_var_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k3 per token: ``exp(ref − logp) − (ref − logp) − 1``, clamped to [−10, 10] (verl's low_var_kl)."""
-    d = (ref_logp.detach() - logp).clamp(-20.0, 20.0)
-    return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
-
-
 def dual_clip_policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -117,25 +110,24 @@ def dual_clip_policy_loss(
     eps_high: float = 0.3,
     dual_clip: float | None = 3.0,
 ) -> Tensor:
-    """Clipped surrogate with clip-higher and the dual clip, token-mean over ``mask`` (see module doc).
+    """Clipped surrogate with clip-higher and the dual clip, token-mean over ``mask`` (see module doc);
+    :func:`iclr26.core.grpo.policy_loss` with VTool-R1's (EasyR1/verl) settings."""
+    loss, _ = policy_loss(logp, old_logp, adv, mask, eps_low, eps_high, "token_mean", dual_clip or None)
+    return loss
 
-    core.grpo.policy_loss has no dual clip, so it is written here (same formula plus the dual clip).
-    """
-    a = adv.detach()[:, None].expand_as(logp)
-    ratio = torch.exp(torch.where(mask.bool(), logp - old_logp.detach(), torch.zeros_like(logp)))
-    loss = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
-    if dual_clip:
-        loss = torch.where(a < 0, torch.minimum(loss, -dual_clip * a), loss)
-    return masked_aggregate(loss, mask, "token_mean")
+
+KL_CLAMP = 10.0
+"""verl's ``low_var_kl`` clamps each token's k3 estimate to [−10, 10]."""
 
 
 def vtool_loss(
     logp: Tensor, old_logp: Tensor, ref_logp: Tensor | None, adv: Tensor, mask: Tensor, cfg: VToolConfig
 ) -> Tensor:
-    """Policy loss + β · token-mean low_var_kl (the full VTool-R1 / GRPO loss of one minibatch)."""
+    """Policy loss + β · token-mean k3 KL clamped like ``low_var_kl`` (the full VTool-R1 / GRPO loss of one
+    minibatch), both from :mod:`iclr26.core.grpo`."""
     loss = dual_clip_policy_loss(logp, old_logp, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
     if cfg.kl_coef > 0 and ref_logp is not None:
-        loss = loss + cfg.kl_coef * masked_aggregate(low_var_kl(logp, ref_logp), mask, "token_mean")
+        loss = loss + cfg.kl_coef * kl_k3(logp, ref_logp, mask, "token_mean", clamp=KL_CLAMP)
     return loss
 
 
