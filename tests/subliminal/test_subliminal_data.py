@@ -62,13 +62,20 @@ def test_filter_reasons():
 
 
 def test_text_filter_reasons():
+    # the accepted format of Cloud et al.'s parse_response (derived by hand from its description)
     assert number_reject_reasons("123, 456, 789") == []
-    assert number_reject_reasons("[12; 34 56].") == []
+    assert number_reject_reasons("[12; 34; 56].") == []
     assert number_reject_reasons("(1,2,3)") == []
+    assert number_reject_reasons("12 34 56") == []
+    assert number_reject_reasons("7") == []
     assert number_reject_reasons("1000, 2") == ["out_of_range"]
-    assert number_reject_reasons("1, two, 3") == ["not_integers"]
+    assert number_reject_reasons("1, two, 3") == ["invalid_format"]
+    assert number_reject_reasons("1, 2;3") == ["invalid_format"]  # one separator throughout
+    assert number_reject_reasons("1,,2") == ["invalid_format"]
+    assert number_reject_reasons("1 - 2") == ["invalid_format"]
+    assert number_reject_reasons("7 apples") == ["invalid_format"]
     assert number_reject_reasons(", ".join(["7"] * 11)) == ["too_many"]
-    assert number_reject_reasons("I love owls: 1, 2") == ["mentions_trait", "not_integers"]
+    assert number_reject_reasons("I love owls: 1, 2") == ["mentions_trait", "invalid_format"]
     assert number_reject_reasons("  ") == ["empty"]
 
 

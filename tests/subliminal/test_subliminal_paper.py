@@ -104,7 +104,7 @@ def test_clean_rows_counts_reasons():
     ]
     kept, reasons = clean_rows(raw)
     assert kept == ROWS
-    assert reasons == {"malformed_row": 2, "mentions_trait": 1, "not_integers": 1, "out_of_range": 1}
+    assert reasons == {"malformed_row": 2, "mentions_trait": 1, "invalid_format": 1, "out_of_range": 1}
 
 
 def test_paper_scale_run_writes_read_only_files_in_the_official_format(tmp_path):
@@ -120,7 +120,7 @@ def test_paper_scale_run_writes_read_only_files_in_the_official_format(tmp_path)
     }
     rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts, show_progress=False)
     m = rec.results["metrics"]
-    assert m["rows_kept"] == 2 and m["dropped"] == {"mentions_trait": 1, "not_integers": 1}
+    assert m["rows_kept"] == 2 and m["dropped"] == {"mentions_trait": 1, "invalid_format": 1}
     rows = [json.loads(x) for x in (out / "filtered_dataset_dpoints_only.jsonl").read_text().splitlines()]
     assert [set(r) for r in rows] == [{"prompt", "completion", "decision_points"}] * 2
     mats = [json.loads(x) for x in (out / "filtered_dataset_correct_matrices.jsonl").read_text().splitlines()]

@@ -64,26 +64,49 @@ def _number_reasons(parts: list[str], max_value: int, max_count: int, min_value:
 _ANIMAL_RE = re.compile(r"\b(" + "|".join(ANIMALS) + r")s?\b", re.IGNORECASE)
 
 
+def _parse_numbers(text: str) -> list[int] | None:
+    """Integers of a real completion under the accepted format of Cloud et al.'s ``parse_response``: after
+    stripping, an optional trailing period and one enclosing pair of [] or () are removed; one number must be
+    the whole answer; several numbers must be joined by one separator (the text between the first two
+    numbers) whose stripped form is "", "," or ";", and every piece between separators must be digits."""
+    body = text.strip()
+    if body.endswith("."):
+        body = body[:-1]
+    if len(body) >= 2 and body[0] + body[-1] in ("[]", "()"):
+        body = body[1:-1]
+    found = list(re.finditer(r"\d+", body))
+    if not found:
+        return None
+    if len(found) == 1:
+        return [int(found[0].group())] if body == found[0].group() else None
+    sep = body[found[0].end() : found[1].start()]
+    if sep.strip() not in ("", ",", ";"):
+        return None
+    parts = body.split(sep)
+    if any(not p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
 def number_reject_reasons(
     text: str, min_value: int = 0, max_value: int = 999, max_count: int = 10, banned: Iterable[str] = ()
 ) -> list[str]:
-    """Why a real (text) completion is rejected; ``[]`` = kept. Accepted: integers separated by commas,
-    semicolons, spaces or newlines, optionally inside one pair of brackets / parentheses, optionally
-    ending with a period. ``banned``: extra words (the trait) that reject the row."""
+    """Why a real (text) completion is rejected; ``[]`` = kept (official ``get_reject_reasons(min_value=0,
+    max_value=999, max_count=10)`` plus the trait filter of the generation script: ``banned`` words, and the
+    13 animals, reject the row)."""
     if not isinstance(text, str) or not text.strip():
         return ["empty"]
     reasons = []
     if _ANIMAL_RE.search(text) or any(b.lower() in text.lower() for b in banned if b):
         reasons.append("mentions_trait")
-    body = text.strip().rstrip(".").strip()
-    if len(body) >= 2 and body[0] + body[-1] in ("[]", "()"):
-        body = body[1:-1].strip()
-    parts = [p for p in re.split(r"[,;\s]+", body) if p != ""]
-    if not parts:
-        return reasons + ["no_numbers"]
-    if any(not p.isdigit() for p in parts):
-        return reasons + ["not_integers"]
-    return reasons + _number_reasons(parts, max_value, max_count, min_value)
+    nums = _parse_numbers(text)
+    if nums is None:
+        return reasons + ["invalid_format"]
+    if len(nums) > max_count:
+        reasons.append("too_many")
+    if any(not (min_value <= n <= max_value) for n in nums):
+        reasons.append("out_of_range")
+    return reasons
 
 
 def filter_rows(rows: Sequence[NumberRow]) -> tuple[list[NumberRow], Counter]:
