@@ -209,3 +209,37 @@ def test_grpo_step_runs_and_presets():
     )
     assert np.isfinite(stats["loss"])
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_round_two_sees_the_tool_output_pixel_for_pixel(monkeypatch):
+    """Round 2 must be conditioned on I' (the tool's output), not on the original chart I."""
+    from iclr26.vtool_r1.executor import ToolResult
+    from iclr26.vtool_r1.model import detokenize_round1
+
+    samples = [make_chart(np.random.default_rng(i)) for i in range(4)]
+    a, b = next(c.args for c in (make_chart(np.random.default_rng(i)) for i in range(100)) if len(c.args) == 2)
+    call = detokenize_round1([ID["CALL"], ID["MASK"], ID["COL"], ID[a], ID[b], ID["ENDCALL"]])
+    monkeypatch.setattr(R, "detokenize_round1", lambda toks: call)  # every round 1 is this tool call
+
+    class Inverting:  # a tool whose output differs from I in every pixel
+        def execute_many(self, codes, images, bboxes):
+            return [ToolResult(True, (255 - im).astype(np.uint8)) for im in images]
+
+    seen = []
+    real = R.sample_tail
+
+    def spy(model, mode, images, *args, **kwargs):
+        seen.append([np.array(im) for im in images])
+        return real(model, mode, images, *args, **kwargs)
+
+    monkeypatch.setattr(R, "sample_tail", spy)
+    model = TinyToolVLM(TINY)
+    g = torch.arange(2).repeat_interleave(2)
+    ro = R.rollout_tools(model, samples, g, Inverting(), 1.0, 1.0, "v2", torch.Generator().manual_seed(0))
+    assert ro.tool_ok.all() and (ro.n_images == 2).all()
+    assert len(seen) == 2  # round 1 on [I], round 2 on [I, I']
+    first, second = seen[1]
+    expect = np.stack([255 - s.image for s in samples]).astype(np.uint8)
+    np.testing.assert_array_equal(first, np.stack([s.image for s in samples]))
+    np.testing.assert_array_equal(second, expect)
+    np.testing.assert_array_equal(ro.img2, expect)
