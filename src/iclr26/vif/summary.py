@@ -139,4 +139,5 @@ def summarise(ctx: RunContext, cfg: RunConfig, results: list[dict]) -> RunOutput
         f"{g['single_agent_acc']:.3f} (>= {GATE_ACC}), seeded final acc {g['seeded_final_acc']:.3f} "
         f"(drop {g['snowball_drop']:.3f} >= {GATE_DROP})"
     ]
+    print(notes[0], flush=True)
     return RunOutput(metrics=metrics, measured=measured, tables=tables, notes=notes)
