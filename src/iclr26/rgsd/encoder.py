@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from iclr26.core.ppo import mlp
+
 from .vmf import check_kappa
 
 __all__ = [
@@ -31,15 +33,6 @@ __all__ = [
     "reward_auc",
     "validate_motions",
 ]
-
-
-def mlp(sizes: Sequence[int], act: type[nn.Module] = nn.ELU) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(act())
-    return nn.Sequential(*layers)
 
 
 class RGSDEncoder(nn.Module):
