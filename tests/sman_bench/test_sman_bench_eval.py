@@ -197,3 +197,44 @@ def test_popups_in_the_walk():
     )
     with pytest.raises(ValueError):
         multi_path_episode(c, t, ScriptAgent(app, plan), popup_rate=2.0)
+
+
+def test_single_path_type_accuracy_counts_wrong_types():
+    c, t = tiny_corpus(), tiny_task()
+    app = c.apps["r"]
+    # step 3 answered with `back` (gold: a click): action and type both wrong there
+    r = single_path_episode(c, t, ScriptAgent(app, {"r": 0, "r_0": 3, "r_0_3": "back"}))
+    assert r["type_acc"] == pytest.approx(2 / 3)
+    # an invalid action at every step: no type is right
+    r = single_path_episode(c, t, ScriptAgent(app, {}))
+    assert r == {"success": 0.0, "action_acc": 0.0, "type_acc": 0.0}
+
+
+def test_step_reward_is_positional():
+    from iclr26.sman_bench.evaluate import step_reward
+
+    # the right ids in the wrong order earn nothing; a shared prefix earns its length over L
+    assert step_reward("r_3_0", "r_0_3_5") == 0.0
+    assert step_reward("r_0_5", "r_0_3_5") == pytest.approx(1 / 3)
+    assert step_reward("r_0_3", "r_0_3_5") == pytest.approx(2 / 3)
+    assert step_reward("r_0_3_5", "r_0_3_5") == 1.0
+
+
+def test_multi_path_step_instruction_follows_the_page_depth():
+    c, t = tiny_corpus(), tiny_task()
+    app = c.apps["r"]
+
+    class Recorder(ScriptAgent):
+        seen: list
+
+        def act(self, obs):
+            self.seen.append((obs.page, obs.step_instruction))
+            return super().act(obs)
+
+    ag = Recorder(app, {"r": 0, "r_0": 3, "r_0_3": 5})
+    ag.seen = []
+    multi_path_episode(c, t, ag)
+    assert ag.seen == [("r", "step 0"), ("r_0", "step 1"), ("r_0_3", "step 2")]
+    ag.seen = []
+    multi_path_episode(c, t, ag, step_instructions=False)
+    assert [s for _, s in ag.seen] == [None, None, None]
