@@ -35,6 +35,19 @@ def test_kinematics_hand_computed():
     assert np.allclose(s2, [vm * math.cos(pm) * 0.5, vm * math.sin(pm) * 0.5, psi2, v2])
 
 
+def test_hard_braking_follows_the_official_kinematics_and_the_clamp_is_a_flag():
+    # v = 2 m/s, a = -10 m/s^2 (id 0 * 3 + 1: omega = 0), dt = 0.5: official v' = 2 - 5 = -3, so the mean speed
+    # over the step is -0.5 and the box moves 0.25 m backwards; with the clamp v' = 0 and it moves +0.5 m.
+    brake = 0 * 3 + 1
+    official = MotionTokenizer(n_bins=3).step(np.array([0.0, 0.0, 0.0, 2.0]), brake)
+    np.testing.assert_allclose(official, [-0.25, 0.0, 0.0, -3.0], atol=1e-12)
+    clamped = MotionTokenizer(n_bins=3, clamp_speed=True).step(np.array([0.0, 0.0, 0.0, 2.0]), brake)
+    np.testing.assert_allclose(clamped, [0.5, 0.0, 0.0, 0.0], atol=1e-12)
+    # a stopped agent (v = 0) braking: official goes to -5 m/s, the clamp keeps it at rest
+    assert MotionTokenizer(n_bins=3).step(np.zeros(4), brake)[3] == -5.0
+    assert MotionTokenizer(n_bins=3, clamp_speed=True).step(np.zeros(4), brake)[3] == 0.0
+
+
 def test_round_trip_ace_bound_and_no_growth(town_windows):
     _, windows = town_windows
     mt = MotionTokenizer()

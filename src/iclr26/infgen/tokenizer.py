@@ -4,7 +4,7 @@ Motion tokens (official ``BicycleModelTokenizerFixed0124`` design): an action mu
 ``n x n`` grid, a in [-10, 10] m/s^2, omega in [-pi/2, pi/2] rad/s (33 x 33 = 1089 classes; the centre bin
 means constant velocity). One step of dt = 0.5 s::
 
-    v' = max(0, v + a dt),   psi' = psi + omega dt,
+    v' = v + a dt,   psi' = psi + omega dt,            (official: v' may go negative; ``clamp_speed`` clamps at 0)
     (x', y') = (x, y) + dt (v + v')/2 (cos, sin)((psi + psi')/2)
 
 Labels are chosen **closed-loop**: from the *reconstructed* state, every candidate is rolled one step and
@@ -56,6 +56,8 @@ class MotionTokenizer:
     w_max: yaw-rate range [-w_max, w_max] (rad/s).
     dt: seconds per step.
     tie_noise: weight of the radial tie-break term (towards the centre bin).
+    clamp_speed: clamp the next speed at 0 (``max(0, v + a dt)``); False (default) is the official kinematics,
+        where hard braking can drive the speed negative (the agent then rolls backwards).
     """
 
     n_bins: int = 33
@@ -63,6 +65,7 @@ class MotionTokenizer:
     w_max: float = math.pi / 2
     dt: float = 0.5
     tie_noise: float = 1e-5
+    clamp_speed: bool = False
 
     def __post_init__(self) -> None:
         if self.n_bins < 3 or self.n_bins % 2 == 0:
@@ -94,7 +97,9 @@ class MotionTokenizer:
         """Apply actions to states [..., 4] = (x, y, psi, v)."""
         a, w = self.values(action)
         x, y, psi, v = (state[..., i] for i in range(4))
-        v2 = np.maximum(0.0, v + a * self.dt)
+        v2 = v + a * self.dt
+        if self.clamp_speed:
+            v2 = np.maximum(0.0, v2)
         psi2 = psi + w * self.dt
         vm, pm = (v + v2) / 2, psi + w * self.dt / 2
         return np.stack([x + vm * np.cos(pm) * self.dt, y + vm * np.sin(pm) * self.dt, wrap_angle(psi2), v2], -1)
