@@ -87,6 +87,16 @@ def test_scenario_to_scene_and_tokens():
     assert align_to_even_steps(scene).valid[:, late].argmax() == 6
 
 
+def test_real_waymo_ids_keep_the_traffic_lights():
+    """Real ScenarioNet (Waymo) files key map features by digit strings and give a light's lane as an int."""
+    sd = fake_scenario(0)
+    sd["map_features"] = {"101" if k == "l1" else k: v for k, v in sd["map_features"].items()}
+    sd["dynamic_map_states"]["tl0"]["lane"] = 101  # an int, as in the released pickles
+    scene = scenario_to_scene(sd)
+    assert scene.map.num_lights == 1
+    assert scene.tl[0, 0] == GREEN and scene.tl[-1, 0] == RED
+
+
 def test_bad_inputs_raise(tmp_path):
     with pytest.raises(ValueError):
         scenario_to_scene({"tracks": {}})

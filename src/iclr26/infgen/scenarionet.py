@@ -131,13 +131,15 @@ def scenario_map(sd: dict, origin: np.ndarray, max_segments: int) -> tuple[MapDa
             pl = np.asarray(feat["polyline"], float)[:, :2] - origin
             if len(pl) >= 2 and np.linalg.norm(np.diff(pl, axis=0), axis=1).sum() > 0.5:
                 lanes.append(pl)
-                ids.append(fid)
+                ids.append(str(fid))
     if not lanes:
         raise ValueError("scenario has no lane polylines")
+    # real Waymo ScenarioNet files key map features by strings ("123") but give a light's lane as an int
+    # (123): compare them as strings, or every light is silently lost
     lights = [
-        (dyn.get("lane"), dyn)
+        (str(dyn.get("lane")), dyn)
         for dyn in sd.get("dynamic_map_states", {}).values()
-        if str(dyn.get("type", "TRAFFIC_LIGHT")).upper() == "TRAFFIC_LIGHT" and dyn.get("lane") in ids
+        if str(dyn.get("type", "TRAFFIC_LIGHT")).upper() == "TRAFFIC_LIGHT" and str(dyn.get("lane")) in ids
     ]
     light_lanes = [ids.index(lane) for lane, _ in lights]
     full = build_map(lanes, [SEG_LANE_IN] * len(lanes), light_lanes, bound=None, lane_half_width=1.75)
