@@ -88,6 +88,34 @@ def test_adapter_batch_equals_single(tmp_path):
     assert all(not (s == tok.mask_token_id).any() for s in out.sequences)
 
 
+def test_self_check_stops_a_model_that_misuses_the_padding_mask(tmp_path):
+    """A padded batch must never change a row's decode: a model that ignores the mask when it has a 0
+    (like the upstream LLaDA code turning it causal) is stopped on the first padded batch."""
+    model, tok = tiny_bert(tmp_path)
+
+    class IgnoresPadding(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, **kw):
+            return self.inner(input_ids=input_ids, attention_mask=torch.ones_like(attention_mask), **kw)
+
+    ids = torch.tensor([[0, 0, 5, 6, 7], [4, 5, 6, 7, 8]])
+    attn = torch.tensor([[False, False, True, True, True], [True] * 5])
+    with pytest.raises(ValueError, match="padded row"):
+        HFMaskedDiffusionAdapter(IgnoresPadding(model), position_ids_from_mask=True)(ids, attn)
+    # the honest model passes the check (and is checked once), unless its positions shift with the padding
+    good = HFMaskedDiffusionAdapter(model, position_ids_from_mask=True)
+    assert good(ids, attn).shape == (2, 5, len(WORDS)) and good._checked
+    with pytest.raises(ValueError, match="position ids"):
+        HFMaskedDiffusionAdapter(model)(ids, attn)
+    # without padding there is nothing to check
+    unpadded = HFMaskedDiffusionAdapter(IgnoresPadding(model))
+    unpadded(ids[1:], attn[1:])
+    assert not unpadded._checked
+
+
 def test_adapter_without_mask_refuses_padding(tmp_path):
     model, tok = tiny_bert(tmp_path)
     fn = HFMaskedDiffusionAdapter(model, pass_attention_mask=False)
@@ -131,7 +159,6 @@ def test_eval_cli_offline(tmp_path):
         "cpu",
         "--dtype",
         "float32",
-        "--no-trust-remote-code",
         "--mask-id",
         str(tok.mask_token_id),
         "--eos-id",
@@ -182,7 +209,6 @@ def test_paper_scale_through_run_experiment(tmp_path):
         "dtype": "float32",
         "mask_id": str(tok.mask_token_id),
         "eos_id": str(tok.sep_token_id),
-        "no_trust_remote_code": "1",
         "initial_length": "4",
         "max_length": "16",
         "block_length": "4",

@@ -118,7 +118,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--no-attention-mask", action="store_true", help="the model rejects attention_mask: forces batch size 1"
     )
-    ap.add_argument("--no-trust-remote-code", action="store_true")
+    ap.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the modelling file in the model directory (LLaDA needs it; off unless asked for)",
+    )
+    ap.add_argument(
+        "--check-atol",
+        type=float,
+        default=None,
+        help="tolerance of the padded-vs-alone logits self-check (default 1e-3 in float32, 0.25 in 16-bit)",
+    )
     ap.add_argument(
         "--position-ids-from-mask",
         action="store_true",
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if args.limit:
         data = data[: args.limit]
     model, tok = load_masked_diffusion_lm(
-        args.model, device=device, dtype=args.dtype, trust_remote_code=not args.no_trust_remote_code
+        args.model, device=device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
     )
     check_llada_ids(tok, args.mask_id, args.eos_id)
     fn = HFMaskedDiffusionAdapter(
@@ -147,6 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         pass_attention_mask=not args.no_attention_mask,
         device=device,
         position_ids_from_mask=args.position_ids_from_mask,
+        check_atol=args.check_atol if args.check_atol is not None else (1e-3 if args.dtype == "float32" else 0.25),
     )
     bs = 1 if args.no_attention_mask else args.batch_size
     cfg = DaedalConfig(

@@ -372,7 +372,7 @@ def run_paper(ctx: RunContext) -> RunOutput:
     ):
         if ctx.option(key) is not None:
             common += [f"--{key.replace('_', '-')}", str(ctx.option(key))]
-    for flag in ("no_trust_remote_code", "no_attention_mask", "position_ids_from_mask"):
+    for flag in ("trust_remote_code", "no_attention_mask", "position_ids_from_mask"):
         if str(ctx.option(flag, "0")).lower() in ("1", "true", "yes"):
             common.append(f"--{flag.replace('_', '-')}")
     for method, extra in (("daedal", []), ("fixed", ["--gen-length", str(ctx.option("fixed_length", "512"))])):
