@@ -31,6 +31,7 @@ test-slow: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: venv
 	$(PY) benchmarks/run_all.py
