@@ -35,7 +35,11 @@ def test_paper_path_on_local_files(tmp_path):
         "paper",
         out_root=tmp_path / "runs",
         show_progress=False,
-        options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"), "agent": "lexical"},
+        options={
+            "paper.corpus_dir": str(tmp_path / "corpus"),
+            "paper.tasks": str(tmp_path / "tasks.json"),
+            "paper.agent": "lexical",
+        },
     )
     assert rec.results["metrics"]["paper"]["n_tasks"] == 8
     with pytest.raises(ExperimentError):
@@ -44,7 +48,7 @@ def test_paper_path_on_local_files(tmp_path):
             "paper",
             out_root=tmp_path / "runs",
             show_progress=False,
-            options={"corpus_dir": str(tmp_path / "nope"), "tasks": str(tmp_path / "tasks.json")},
+            options={"paper.corpus_dir": str(tmp_path / "nope"), "paper.tasks": str(tmp_path / "tasks.json")},
         )
     with pytest.raises(ExperimentError, match="unknown agent"):
         run_experiment(
@@ -52,7 +56,11 @@ def test_paper_path_on_local_files(tmp_path):
             "paper",
             out_root=tmp_path / "runs",
             show_progress=False,
-            options={"corpus_dir": str(tmp_path / "corpus"), "tasks": str(tmp_path / "tasks.json"), "agent": "gpt"},
+            options={
+                "paper.corpus_dir": str(tmp_path / "corpus"),
+                "paper.tasks": str(tmp_path / "tasks.json"),
+                "paper.agent": "gpt",
+            },
         )
 
 
@@ -63,6 +71,7 @@ def test_small_scale(tmp_path):
 
 
 def test_same_seed_same_numbers():
-    from iclr26.sman_bench.experiment import SCALES, run_seed
+    from iclr26.sman_bench.config import config_for
+    from iclr26.sman_bench.experiment import run_seed
 
-    assert run_seed(1, SCALES["smoke"]) == run_seed(1, SCALES["smoke"])
+    assert run_seed(1, config_for("smoke")) == run_seed(1, config_for("smoke"))

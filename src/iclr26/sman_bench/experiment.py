@@ -24,18 +24,16 @@ import torch
 from scipy.stats import spearmanr
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, plot_bars
 from iclr26.sman_bench import agents as A
+from iclr26.sman_bench.config import RunConfig, config_for
 from iclr26.sman_bench.corpus import load_corpus, write_corpus
 from iclr26.sman_bench.evaluate import mean_metrics, multi_path_episode, noisy_episode, single_path_episode
-from iclr26.sman_bench.generator import SMOKE_CONFIG, GeneratorConfig, generate_corpus
+from iclr26.sman_bench.generator import generate_corpus
 from iclr26.sman_bench.instructions import generate_tasks
 from iclr26.sman_bench.splits import build_noisy_split
 
-SCALES = {
-    "smoke": {"gen": SMOKE_CONFIG, "n_train_apps": 1, "n_train_tasks": 20, "n_eval_tasks": 20, "bc_epochs": 1},
-    "small": {"gen": GeneratorConfig(), "n_train_apps": 8, "n_train_tasks": 300, "n_eval_tasks": 150, "bc_epochs": 3},
-}
 MAIN_AGENTS = ("oracle", "oracle_gold", "lexical_shortcut", "lexical", "tiny_bc", "random")
 """Agents over which C2's Spearman correlation is computed (fixed before any run)."""
 ZERO_AGENTS = {"gold_prefix_0": 0.0, "gold_prefix_1/3": 1 / 3, "gold_prefix_2/3": 2 / 3}
@@ -59,18 +57,18 @@ def _agents(corpus, bc_model, seed):
     return ag
 
 
-def run_seed(seed: int, cfg: dict, ctx: RunContext | None = None) -> dict:
+def run_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None) -> dict:
     torch.manual_seed(seed)
-    gen = cfg["gen"]
+    gen = cfg.gen
     corpus_mem, _ = generate_corpus(seed, gen)
     with tempfile.TemporaryDirectory() as d:
         write_corpus(corpus_mem, d, write_pages=False)
         corpus = load_corpus(d)  # everything below runs on the re-loaded corpus
     app_names = [a for a in corpus.apps if "section" in corpus.apps[a].roles.values()]
-    train_apps, test_apps = app_names[: cfg["n_train_apps"]], app_names[cfg["n_train_apps"] :]
-    train = generate_tasks(corpus, cfg["n_train_tasks"], seed * 7919 + 1, apps=train_apps)
-    tasks = generate_tasks(corpus, cfg["n_eval_tasks"], seed * 7919 + 2, apps=test_apps)
-    bc = A.train_bc(corpus, train, epochs=cfg["bc_epochs"], seed=seed)
+    train_apps, test_apps = app_names[: cfg.n_train_apps], app_names[cfg.n_train_apps :]
+    train = generate_tasks(corpus, cfg.n_train_tasks, seed * 7919 + 1, apps=train_apps)
+    tasks = generate_tasks(corpus, cfg.n_eval_tasks, seed * 7919 + 2, apps=test_apps)
+    bc = A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed)
     out: dict = {
         "n_tasks": len(tasks),
         "n_train_tasks": len(train),
@@ -168,8 +166,8 @@ def run_seed(seed: int, cfg: dict, ctx: RunContext | None = None) -> dict:
     # ---- control: the same generator without shortcuts ----
     gen0 = replace(gen, n_recommended=0, n_search=0, p_popular=0.0, p_similar=0.0)
     c0, _ = generate_corpus(seed, gen0)
-    apps0 = [a for a in c0.apps if "section" in c0.apps[a].roles.values()][cfg["n_train_apps"] :]
-    t0 = generate_tasks(c0, cfg["n_eval_tasks"], seed * 7919 + 2, apps=apps0)
+    apps0 = [a for a in c0.apps if "section" in c0.apps[a].roles.values()][cfg.n_train_apps :]
+    t0 = generate_tasks(c0, cfg.n_eval_tasks, seed * 7919 + 2, apps=apps0)
     m0 = mean_metrics([multi_path_episode(c0, t, A.LexicalAgent(True)) for t in t0])
     out["no_shortcut_corpus"] = {
         "lexical_shortcut_multi_success": m0["success"],
@@ -191,17 +189,16 @@ def _mean(per_seed: list[dict], *path) -> float:
 def run_paper(ctx: RunContext) -> RunOutput:
     from iclr26.sman_bench.paper import evaluate_directory
 
-    corpus_dir, tasks = ctx.local_path("corpus_dir"), ctx.local_path("tasks")
-    keep = ("base_url", "model", "api_key", "api_key_env", "max_rounds", "seed")
-    opts = {k: v for k, v in ctx.options.items() if k in keep}
+    pc = ctx.cfg.paper
+    corpus_dir, tasks = ctx.require_path("paper.corpus_dir"), ctx.require_path("paper.tasks")
+    opts = {"model": pc.model, "seed": pc.seed, "max_rounds": pc.max_rounds}
+    if pc.base_url:
+        opts["base_url"] = pc.base_url
+    if pc.api_key_env:
+        opts["api_key_env"] = pc.api_key_env
     try:
         res = evaluate_directory(
-            corpus_dir,
-            tasks,
-            agent=ctx.option("agent", "lexical_shortcut"),
-            workers=int(ctx.option("workers", "1")),
-            options=opts,
-            limit=int(ctx.option("limit")) if ctx.option("limit") else None,
+            corpus_dir, tasks, agent=pc.agent, workers=pc.workers, options=opts, limit=pc.limit or None
         )
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
@@ -218,9 +215,9 @@ def run_paper(ctx: RunContext) -> RunOutput:
 def run(ctx: RunContext) -> RunOutput:
     if ctx.scale == "paper":
         return run_paper(ctx)
-    torch.set_num_threads(2)
-    cfg = SCALES[ctx.scale]
-    per_seed = [run_seed(s, cfg, ctx) for s in ctx.progress(ctx.seeds, desc="corpus seeds")]
+    cfg: RunConfig = ctx.cfg
+    with torch_threads(cfg.threads):
+        per_seed = [run_seed(s, cfg, ctx) for s in ctx.progress(ctx.seeds, desc="corpus seeds")]
     m = lambda *p: _mean(per_seed, *p)  # noqa: E731
     agents_all = list(MAIN_AGENTS) + list(ZERO_AGENTS)
     summary = {a: {k: m(a, k) for k in per_seed[0][a]} for a in agents_all}
@@ -420,4 +417,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     run=run,
+    config=config_for,
 )

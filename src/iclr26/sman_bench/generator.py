@@ -108,30 +108,32 @@ AD_WORDS = ("Mega sale", "Flash deal", "Win a prize", "Limited offer", "Free gif
 
 @dataclass(frozen=True)
 class GeneratorConfig:
-    """Synthetic corpus size and structure."""
+    """Synthetic corpus size and structure.
+
+    n_apps: number of apps (12 at small scale, 2 at smoke).
+    n_sections: section buttons on the root page.
+    n_items: items visible on a section page (one scroll reveals 2 more on the "more" page).
+    n_more: items on the scrolled "more" page of a section.
+    n_options: tabs ("options") on an item page.
+    n_details: detail buttons on an option page.
+    n_queries: filter queries per section page (input action -> results page).
+    n_recommended: "Recommended: <item>" deep links on the root (shortcuts).
+    n_search: global search inputs on the root that jump to an item page (shortcuts).
+    p_popular: probability that a section page carries a "Popular: <item>" shortcut.
+    p_similar: probability that an item page carries a "Similar: <item>" shortcut.
+    """
 
     n_apps: int = 12
-    """number of apps (spec: 12 at small scale, 2 at smoke)."""
     n_sections: int = 4
-    """section buttons on the root page."""
     n_items: int = 4
-    """items visible on a section page (one scroll reveals 2 more on the "more" page)."""
     n_more: int = 2
-    """items on the scrolled "more" page of a section."""
     n_options: int = 3
-    """tabs ("options") on an item page."""
     n_details: int = 2
-    """detail buttons on an option page."""
     n_queries: int = 1
-    """filter queries per section page (input action -> results page)."""
     n_recommended: int = 3
-    """"Recommended: <item>" deep links on the root (shortcuts)."""
     n_search: int = 3
-    """global search inputs on the root that jump to an item page (shortcuts)."""
     p_popular: float = 0.7
-    """probability that a section page carries a "Popular: <item>" shortcut."""
     p_similar: float = 0.5
-    """probability that an item page carries a "Similar: <item>" shortcut."""
 
     def __post_init__(self):
         for name in ("n_apps", "n_sections", "n_items", "n_options", "n_details"):
