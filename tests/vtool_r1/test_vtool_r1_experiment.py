@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from iclr26.core.config import ConfigError, config_docs, flatten, format_config
 from iclr26.core.experiment import ExperimentError, RunContext, run_experiment
 from iclr26.vtool_r1.charts import make_chart
+from iclr26.vtool_r1.config import RunConfig, config_for
 from iclr26.vtool_r1.experiment import EXPERIMENT
 from iclr26.vtool_r1.hf_policy import VToolEnv, load_refocus, two_round_rollout
 from iclr26.vtool_r1.reward import JudgeClient
@@ -75,9 +77,17 @@ def test_paper_path_with_a_stub_policy(tmp_path):
 
 
 def test_paper_scale_needs_local_paths(tmp_path):
-    ctx = RunContext(scale="paper", seeds=(0,), out_dir=tmp_path, show_progress=False)
-    with pytest.raises(ExperimentError):
+    ctx = RunContext(scale="paper", seeds=(0,), out_dir=tmp_path, show_progress=False, cfg=config_for("paper"))
+    with pytest.raises(ExperimentError, match="paper.model_path"):
         EXPERIMENT.run(ctx)
+    with pytest.raises(ExperimentError, match="no such file"):
+        run_experiment(
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path,
+            show_progress=False,
+            options={"paper.model_path": str(tmp_path / "nope"), "paper.data_path": str(tmp_path / "d.jsonl")},
+        )
 
 
 def test_judge_client_against_a_stub_server():
@@ -108,11 +118,34 @@ def test_judge_client_against_a_stub_server():
         srv.shutdown()
 
 
-def test_v1_preset_through_the_experiment(tmp_path):
-    rec = run_experiment(
-        EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options={"version": "v1", "rl_steps": "1"}
-    )
+def test_v1_recipe_through_the_typed_config(tmp_path):
+    opts = {"rl.version": "v1", "rl.round2_temperature": "0.5", "rl.group_size": "5", "rl.steps": "1"}
+    rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options=opts)
     cfg = rec.results["metrics"]["config"]["rl"]
-    assert cfg["version"] == "v1" and cfg["round2_temperature"] == 0.5 and cfg["steps"] == 1
-    with pytest.raises(ExperimentError):
-        run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options={"version": "v3"})
+    assert (cfg["version"], cfg["round2_temperature"], cfg["group_size"], cfg["steps"]) == ("v1", 0.5, 5, 1)
+    assert json.loads((rec.out_dir / "config.json").read_text())["config"]["rl"]["version"] == "v1"
+    for bad in ({"rl.version": "v3"}, {"version": "v1"}, {"rl.steps": "many"}, {"sft.call_dims": "[1]"}):
+        with pytest.raises(ConfigError):
+            run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options=bad)
+
+
+def test_every_setting_is_documented_once():
+    """--show-config prints a documentation line for every leaf of the tree, at every scale."""
+    import dataclasses
+
+    def undocumented(node, prefix=""):
+        docs = config_docs(type(node))
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            if dataclasses.is_dataclass(value):
+                yield from undocumented(value, f"{prefix}{f.name}.")
+            elif not docs.get(f.name):
+                yield prefix + f.name
+
+    for scale in ("smoke", "small", "paper"):
+        cfg = config_for(scale)
+        assert isinstance(cfg, RunConfig) and list(undocumented(cfg)) == []
+        assert len(format_config(cfg).splitlines()) == len(list(flatten(cfg)))
+    smoke, small = config_for("smoke"), config_for("small")
+    assert (smoke.rl.steps, smoke.sft.pure_steps, smoke.n_train) == (3, 60, 400)
+    assert (small.rl.steps, small.rl.n_prompts, small.sft.tool_steps, small.n_test) == (100, 16, 800, 600)

@@ -5,59 +5,29 @@ prompted tool use (TOOLS mode, no RL), then from the same SFT weights run two RL
 (steps x prompts x G, same optimiser and loss): text-only GRPO (PURE rollouts) and VTool-R1 (two-round tool
 rollouts, v2 masking). All accuracies are greedy on a held-out, type-balanced test set.
 
-Seeds run in parallel worker processes (one torch thread each).
+Every setting is one typed tree (:mod:`.config`). Seeds run in parallel worker processes (``workers``,
+``threads`` torch threads each) through ``core.parallel.seed_map``.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
+from functools import partial
 
 import numpy as np
 import torch
 
-from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.experiment import Claim, Experiment, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import seed_map
 from iclr26.core.report import markdown_table, plot_bars, plot_curves, save_fig
 
 from .charts import QUESTION_TYPES, make_dataset
+from .config import RunConfig, config_for
 from .executor import ToolExecutor
-from .model import TinyToolVLM, TinyVLMConfig
+from .model import TinyToolVLM
 from .rollout import evaluate, rollout_tools
-from .vtool import SFTConfig, VToolConfig, sft_init, train_grpo
-
-
-@dataclass(frozen=True)
-class ScaleConfig:
-    """Everything that differs between scales."""
-
-    n_train: int
-    n_test: int
-    n_curve: int
-    sft: SFTConfig
-    rl: VToolConfig
-    eval_every: int
-    model: TinyVLMConfig = TinyVLMConfig()
-
-
-SCALES = {
-    "smoke": ScaleConfig(
-        n_train=400,
-        n_test=80,
-        n_curve=40,
-        sft=SFTConfig(pure_steps=60, tool_steps=20),
-        rl=VToolConfig(n_prompts=4, group_size=4, steps=3),
-        eval_every=3,
-    ),
-    "small": ScaleConfig(
-        n_train=4000,
-        n_test=600,
-        n_curve=200,
-        sft=SFTConfig(pure_steps=400, tool_steps=800),
-        rl=VToolConfig(n_prompts=16, group_size=8, steps=100),
-        eval_every=25,
-    ),
-}
+from .vtool import sft_init, train_grpo
 
 
 def _tool_gap(ev: dict) -> float:
@@ -65,10 +35,8 @@ def _tool_gap(ev: dict) -> float:
     return 0.5 * (ev["tool_rate_VAL"] + ev["tool_rate_CMP"]) - 0.5 * (ev["tool_rate_CNT"] + ev["tool_rate_MAX"])
 
 
-def run_seed(args: tuple) -> dict:
+def run_seed(seed: int, sc: RunConfig) -> dict:
     """One seed end to end (runs in a worker process)."""
-    seed, sc = args
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     train = make_dataset(sc.n_train, seed=10_000 + seed, balanced=False)
@@ -156,35 +124,19 @@ def _example_figure(path, ex: dict) -> None:
 
 
 def _run_tiny(ctx: RunContext) -> RunOutput:
-    sc = SCALES[ctx.scale]
-    if "rl_steps" in ctx.options:
-        sc = replace(sc, rl=replace(sc.rl, steps=int(ctx.options["rl_steps"])))
-    if "version" in ctx.options:
-        version = ctx.options["version"]
-        if version not in ("v1", "v2"):
-            raise ExperimentError(f"--set version must be v1 or v2, got {version!r}")
-        base = VToolConfig(
-            version=version,
-            group_size=sc.rl.group_size,
-            n_prompts=sc.rl.n_prompts,
-            steps=sc.rl.steps,
-            round2_temperature=0.5 if version == "v1" else 1.0,
-        )
-        sc = replace(sc, rl=base)
-    jobs = [(s, sc) for s in ctx.seeds]
-    workers = int(ctx.options.get("workers", min(len(jobs), 3)))
-    results = []
-    if workers <= 1 or len(jobs) == 1:
-        for j in ctx.progress(jobs, desc="seeds"):
-            results.append(run_seed(j))
-    else:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            for r in ctx.progress(pool.imap(run_seed, jobs), total=len(jobs), desc="seeds"):
-                results.append(r)
+    sc: RunConfig = ctx.cfg
+    results = seed_map(
+        partial(run_seed, sc=sc),
+        ctx.seeds,
+        workers=sc.workers,
+        threads_per_worker=sc.threads,
+        progress=ctx.progress,
+        desc="seeds",
+    )
     return _summarise(ctx, sc, results)
 
 
-def _summarise(ctx: RunContext, sc: ScaleConfig, results: list[dict]) -> RunOutput:
+def _summarise(ctx: RunContext, sc: RunConfig, results: list[dict]) -> RunOutput:
     pct = lambda x: 100.0 * x  # noqa: E731
     arms = {
         "pure": ("pure", "SFT, pure run (no tools)"),
@@ -347,4 +299,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     run=run,
+    config=config_for,
 )

@@ -208,14 +208,13 @@ def run_paper_scale(ctx):
     from iclr26.core.experiment import ExperimentError, RunOutput, mean_std
     from iclr26.core.report import markdown_table
 
-    model_path = ctx.local_path("model_path")
-    data_path = ctx.local_path("data_path")
-    limit = int(ctx.option("limit", "200"))
-    version = ctx.option("version", "v2")
-    judge = JudgeClient(ctx.option("judge_api_base")) if ctx.option("judge_api_base") else None
+    pc, version = ctx.cfg.paper, ctx.cfg.rl.version
+    model_path = ctx.require_path("paper.model_path")
+    data_path = ctx.require_path("paper.data_path")
+    judge = JudgeClient(pc.judge_api_base) if pc.judge_api_base else None
     try:
-        rows = load_refocus(data_path, limit)
-        policy = HFPolicy(model_path, ctx.device, int(ctx.option("max_new_tokens", "1024")))
+        rows = load_refocus(data_path, pc.limit)
+        policy = HFPolicy(model_path, ctx.device, pc.max_new_tokens)
     except (ImportError, ValueError, OSError) as e:
         raise ExperimentError(f"vtool_r1 paper scale: {e}") from e
     env = VToolEnv(version=version, judge=judge)

@@ -65,18 +65,20 @@ DIMS = {"COL": "columns", "ROW": "rows"}
 
 @dataclass(frozen=True)
 class TinyVLMConfig:
-    """Shape of TinyToolVLM."""
+    """Shape of TinyToolVLM.
+
+    image_size: chart side in pixels.
+    patch: patch side in pixels (48/12 = 4x4 = 16 image tokens).
+    d_model: residual width.
+    n_layers: transformer blocks.
+    n_heads: attention heads.
+    """
 
     image_size: int = SIZE
-    """Chart side in pixels."""
     patch: int = 12
-    """Patch side in pixels (48/12 = 4x4 = 16 image tokens)."""
     d_model: int = 64
-    """Residual width."""
     n_layers: int = 3
-    """Transformer blocks."""
     n_heads: int = 4
-    """Attention heads."""
 
     @property
     def n_patches(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 import torch
@@ -43,44 +44,46 @@ __all__ = [
 
 @dataclass(frozen=True)
 class VToolConfig:
-    """GRPO settings of VTool-R1 (defaults: v2 semantics with the v1/EasyR1 loss hyper-parameters)."""
+    """GRPO settings of VTool-R1 (defaults: v2 semantics with the v1/EasyR1 loss hyper-parameters).
 
-    version: str = "v2"
-    """Masking / failure / tool semantics: "v2" (training-v2 recipe, default) or "v1" (the paper's code)."""
+    version: masking / failure / tool semantics: v2 (training-v2 recipe, default) or v1 (the paper's code).
+    n_prompts: prompts per RL step (the spec's tiny setting: 32).
+    group_size (G): rollouts per prompt (v2: 8; v1: 5).
+    steps: RL steps.
+    lr: AdamW learning rate of the tiny run (the real runs use 1e-6).
+    weight_decay: AdamW weight decay (v1: 1e-2).
+    kl_coef (β): weight of the low_var_kl (k3) loss term against the frozen SFT reference.
+    clip_eps_low (ε_low): lower clip range of the ratio.
+    clip_eps_high (ε_high): upper clip range of the ratio (clip-higher).
+    dual_clip (c): dual clip on negative advantages (none or 0 disables).
+    minibatches: optimiser steps per rollout batch (1 epoch; the 2nd is slightly off-policy, as in EasyR1).
+    grad_clip: max gradient norm.
+    temperature: round-1 sampling temperature.
+    round2_temperature: round-2 sampling temperature (v1 uses its validation config, 0.5).
+    adv_eps: added to the group std of the rewards.
+    use_tools: false = the text-only GRPO baseline (PURE-mode single-turn rollouts, same everything else).
+    train_tool_tokens: NOT the paper: also train the tool-call tokens y' on the tool path.
+    process_reward: NOT the paper (reward-hacking ablation): +this for a successful call, -this for a failed one.
+    """
+
+    version: Literal["v1", "v2"] = "v2"
     n_prompts: int = 32
-    """Prompts per RL step (the spec's tiny setting: 32)."""
     group_size: int = 8
-    """G: rollouts per prompt (v2: 8; v1: 5)."""
     steps: int = 250
-    """RL steps."""
     lr: float = 1e-4
-    """Adam learning rate of the tiny run (the real runs use 1e-6)."""
     weight_decay: float = 1e-2
-    """AdamW weight decay (v1: 1e-2)."""
     kl_coef: float = 0.01
-    """β of the low_var_kl (k3) loss term against the frozen SFT reference."""
     clip_eps_low: float = 0.2
-    """ε_low."""
     clip_eps_high: float = 0.3
-    """ε_high (clip-higher)."""
-    dual_clip: float = 3.0
-    """c of the dual clip on negative advantages (None/0 disables)."""
+    dual_clip: float | None = 3.0
     minibatches: int = 2
-    """Optimiser steps per rollout batch (1 epoch; the 2nd minibatch is slightly off-policy, as in EasyR1)."""
     grad_clip: float = 1.0
-    """Max gradient norm."""
     temperature: float = 1.0
-    """Round-1 sampling temperature."""
     round2_temperature: float = 1.0
-    """Round-2 sampling temperature (v1 uses the validation config, 0.5)."""
     adv_eps: float = 1e-6
-    """Added to the group std."""
     use_tools: bool = True
-    """False = the text-only GRPO baseline (PURE-mode single-turn rollouts, same everything else)."""
     train_tool_tokens: bool = False
-    """NOT the paper: also train the tool-call tokens y' on the tool path."""
     process_reward: float = 0.0
-    """NOT the paper (reward-hacking ablation): +this for a successful call, −this for a failed one."""
 
     def __post_init__(self) -> None:
         if self.version not in ("v1", "v2"):
@@ -134,30 +137,35 @@ def vtool_loss(
 # ------------------------------------------------------------------------------------------ SFT
 @dataclass(frozen=True)
 class SFTConfig:
-    """The "instruction-tuned" initialisation (spec section 6)."""
+    """The "instruction-tuned" initialisation of TinyToolVLM (spec section 6).
+
+    pure_steps: (a) steps of PURE-mode direct QA.
+    tool_steps: (b) steps imitating TOOLS mode (round-1 calls / direct answers, round-2 answers).
+    batch_size: examples per step.
+    lr: AdamW learning rate (cosine decay in each phase).
+    weight_decay: AdamW weight decay.
+    call_prob: P(the round-1 target is a CALL) in (b).
+    label_noise: P(each call argument is replaced by a random label of the chart).
+    round1_share: fraction of the TOOLS examples that train round 1 (the rest train round 2).
+    pure_mix: fraction of PURE examples mixed into (b) batches (keeps the pure run from drifting).
+    call_dims: dimensions of the imitated calls: COL (columns, as the ReFocus chart examples); COL,ROW adds rows.
+    informative_edit: P(the round-2 example's second image is the edit its noisy call asked for); 0 = the spec.
+
+    Vertical bar charts are focused by columns (x values); the rows tools keep the first bar as a header. With
+    ``informative_edit=0`` (the spec's design: a random edit) the SFT model never learns to use I'.
+    """
 
     pure_steps: int = 2000
-    """(a) steps of PURE-mode direct QA."""
     tool_steps: int = 300
-    """(b) steps imitating TOOLS mode (round-1 calls / direct answers, round-2 answers)."""
     batch_size: int = 64
-    """Examples per step."""
     lr: float = 3e-3
-    """AdamW learning rate (cosine decay in each phase)."""
+    weight_decay: float = 0.01
     call_prob: float = 0.6
-    """P(round-1 target is a CALL) in (b)."""
     label_noise: float = 0.25
-    """P(each call argument is replaced by a random label of the chart)."""
     round1_share: float = 0.6
-    """Fraction of the TOOLS examples that train round 1 (the rest train round 2)."""
     pure_mix: float = 0.1
-    """Fraction of PURE examples mixed into (b) batches (keeps the pure run from drifting)."""
-    call_dims: tuple = ("COL",)
-    """Dimensions of the imitated calls: vertical bar charts are focused by columns (x values), as the
-    ReFocus prompt's chart examples do; ("COL", "ROW") = also the rows tools (which keep the first bar)."""
+    call_dims: tuple[Literal["COL", "ROW"], ...] = ("COL",)
     informative_edit: float = 0.5
-    """P(the round-2 example's second image is the edit its (noisy) call asked for) instead of a random edit.
-    0 = the spec's design (the SFT model never learns to use I')."""
 
 
 def _pick_labels(s: ChartSample, rng: np.random.Generator, noise: float) -> list[str]:
@@ -240,7 +248,7 @@ def sft_init(
     for phase, steps in (("pure", cfg.pure_steps), ("tools", cfg.tool_steps)):
         if steps == 0:
             continue
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda t, n=steps: min(1.0, (t + 1) / 50) * 0.5 * (1 + np.cos(np.pi * t / n))
         )
