@@ -45,7 +45,7 @@ def test_paper_scale_needs_local_paths(tmp_path):
             "paper",
             out_root=tmp_path,
             show_progress=False,
-            options={"pythia": str(tmp_path / "nope"), "tokens": str(tmp_path / "nope.npy")},
+            options={"paper.pythia": str(tmp_path / "nope"), "paper.train.tokens": str(tmp_path / "nope.npy")},
         )
 
 
@@ -58,14 +58,15 @@ def test_paper_scale_code_path_on_tiny_checkpoint(tmp_path):
     toks = np.random.default_rng(0).integers(0, 259, size=6000).astype(np.uint16)
     np.save(tmp_path / "tokens.npy", toks)
     opts = {
-        "pythia": str(ckpt),
-        "tokens": str(tmp_path / "tokens.npy"),
-        "layout": "1+1R2+1",
-        "steps": "3",
-        "batch": "4",
-        "seq_len": "16",
-        "val_tokens": "400",
-        "eval_every": "2",
+        "paper.pythia": str(ckpt),
+        "paper.train.tokens": str(tmp_path / "tokens.npy"),
+        "paper.layout": "1+1R2+1",
+        "paper.train.steps": "3",
+        "paper.train.batch": "4",
+        "paper.train.grad_accum": "2",
+        "paper.train.seq_len": "16",
+        "paper.train.val_tokens": "400",
+        "paper.train.eval_every": "2",
     }
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -78,7 +79,7 @@ def test_paper_scale_code_path_on_tiny_checkpoint(tmp_path):
             "paper",
             out_root=tmp_path / "runs",
             show_progress=False,
-            options={**opts, "init_from": str(ckpt), "steps": "1"},
+            options={**opts, "paper.init_from": str(ckpt), "paper.train.steps": "1"},
         )
         _check_results(rec.out_dir)
     finally:

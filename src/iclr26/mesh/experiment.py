@@ -18,53 +18,21 @@ and the training-step time ratio mesh / base.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, plot_curves, save_fig
 from iclr26.core.train import TrainConfig, fit
 from iclr26.mesh.benchmark import step_time_ratio
+from iclr26.mesh.config import RunConfig, config_for
 from iclr26.mesh.data import ByteCorpus
 from iclr26.mesh.diagnostics import loop_diagnostics
 from iclr26.mesh.model import MeshConfig, RecursiveNeoX, lm_loss
 from iclr26.mesh.params import count_parameters
-
-
-@dataclass(frozen=True)
-class ScaleSettings:
-    """One scale's model, data and training budget (identical for every arm).
-
-    d_model, n_heads: width and heads of every arm.
-    vanilla_layers: depth of the vanilla arm; recursive_layout must have the same unrolled depth.
-    recursive_layout: the P+CRK+S layout of the recursive arms.
-    arms: (name, layout-or-"vanilla", scheme) of every arm.
-    seq_len, batch, steps, lr, warmup: training budget (tokens = steps * batch * seq_len per arm).
-    corpus_bytes: size of the byte corpus (95/5 split).
-    val_windows: validation windows of seq_len tokens; eval_every: steps between validation evals.
-    diag_samples: validation sequences used for the diagnostics.
-    bench_steps: training steps timed per arm in the mesh/base step-time ratio (0 = skip).
-    """
-
-    d_model: int
-    n_heads: int
-    vanilla_layers: int
-    recursive_layout: str
-    arms: tuple[str, ...]
-    seq_len: int
-    batch: int
-    steps: int
-    lr: float
-    warmup: int
-    corpus_bytes: int
-    val_windows: int
-    eval_every: int
-    diag_samples: int
-    bench_steps: int
-
 
 ARM_SCHEMES = {
     "vanilla": "base",
@@ -75,46 +43,8 @@ ARM_SCHEMES = {
     "mesh": "mesh",
 }
 
-SCALES = {
-    "smoke": ScaleSettings(
-        d_model=32,
-        n_heads=2,
-        vanilla_layers=4,
-        recursive_layout="1+1R2+1",
-        arms=("vanilla", "base", "residual", "anchor", "anchor_emb", "mesh"),
-        seq_len=32,
-        batch=8,
-        steps=30,
-        lr=1e-3,
-        warmup=3,
-        corpus_bytes=200_000,
-        val_windows=32,
-        eval_every=15,
-        diag_samples=4,
-        bench_steps=3,
-    ),
-    # Sized for a shared 2-core machine under heavy contention (~0.18 s/step measured on one thread).
-    "small": ScaleSettings(
-        d_model=64,
-        n_heads=4,
-        vanilla_layers=6,
-        recursive_layout="1+2R2+1",
-        arms=("vanilla", "base", "anchor", "mesh"),
-        seq_len=64,
-        batch=16,
-        steps=200,
-        lr=1e-3,
-        warmup=10,
-        corpus_bytes=2_000_000,
-        val_windows=128,
-        eval_every=50,
-        diag_samples=16,
-        bench_steps=10,
-    ),
-}
 
-
-def model_config(s: ScaleSettings, arm: str, vocab_size: int = 256) -> MeshConfig:
+def model_config(s: RunConfig, arm: str, vocab_size: int = 256) -> MeshConfig:
     layout = str(s.vanilla_layers) if arm == "vanilla" else s.recursive_layout
     return MeshConfig(
         vocab_size=vocab_size,
@@ -137,7 +67,7 @@ def val_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
 
 
 def train_arm(
-    s: ScaleSettings, arm: str, seed: int, corpus: ByteCorpus, device: str = "cpu", progress: bool = False
+    s: RunConfig, arm: str, seed: int, corpus: ByteCorpus, device: str = "cpu", progress: bool = False
 ) -> tuple[RecursiveNeoX, dict[str, Any]]:
     """Train one arm on one seed; returns the model and its metrics (val loss, curves, diagnostics)."""
     cfg = model_config(s, arm)
@@ -230,9 +160,7 @@ def run(ctx: RunContext) -> RunOutput:
         from iclr26.mesh.train import run_paper_scale
 
         return run_paper_scale(ctx)
-    s = SCALES[ctx.scale]
-    if "steps" in ctx.options:
-        s = replace(s, steps=int(ctx.options["steps"]))
+    s: RunConfig = ctx.cfg
     if (
         s.vanilla_layers
         != MeshConfig(
@@ -240,16 +168,12 @@ def run(ctx: RunContext) -> RunOutput:
         ).parsed_layout.depth
     ):
         raise ExperimentError("vanilla and recursive depths differ: the comparison would not be matched")
-    threads = torch.get_num_threads()
-    # One thread by default: on a shared 2-core machine, 2 threads under contention run many times slower.
-    torch.set_num_threads(int(ctx.option("threads", "1")))
-    try:
+    # one thread by default: on a shared 2-core machine, 2 threads under contention run many times slower
+    with torch_threads(s.threads):
         return _run(ctx, s)
-    finally:
-        torch.set_num_threads(threads)
 
 
-def _run(ctx: RunContext, s: ScaleSettings) -> RunOutput:
+def _run(ctx: RunContext, s: RunConfig) -> RunOutput:
     corpus = ByteCorpus.from_stdlib(s.corpus_bytes)
     per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in s.arms}
     jobs = [(seed, arm) for seed in ctx.seeds for arm in s.arms]
@@ -397,4 +321,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     run=run,
+    config=config_for,
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from iclr26.core.train import TrainConfig, fit, setup_distributed
+from iclr26.mesh.config import PaperConfig, PaperTrainConfig
 from iclr26.mesh.model import RecursiveNeoX, lm_loss
 
 
@@ -39,31 +40,6 @@ def load_tokens(path: str | Path) -> np.ndarray:
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{p}: expected a 1-d array of integer token ids, got {arr.dtype} {arr.shape}")
     return arr
-
-
-@dataclass(frozen=True)
-class PaperTrainConfig:
-    """One paper-scale training run.
-
-    tokens: local token-id file; val_tokens: size of the validation tail.
-    seq_len, batch (global), steps, lr, warmup_frac, min_lr_ratio, weight_decay: the paper's recipe.
-    eval_every: steps between validation evals (0: end only); eval_batches: windows-batches per eval.
-    bf16: autocast to bfloat16 on CUDA. seed: model init and batch order.
-    """
-
-    tokens: str
-    val_tokens: int = 1_000_000
-    seq_len: int = 4096
-    batch: int = 512
-    steps: int = 120_818
-    lr: float = 2e-4
-    warmup_frac: float = 0.01
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    eval_every: int = 1000
-    eval_batches: int = 8
-    bf16: bool = True
-    seed: int = 0
 
 
 def train_model(
@@ -79,12 +55,16 @@ def train_model(
     model.to(device)
     use_amp = tc.bf16 and device.startswith("cuda")
 
+    if tc.grad_accum < 1 or tc.batch % tc.grad_accum:
+        raise ValueError(f"global batch {tc.batch} not divisible into grad_accum={tc.grad_accum} micro-batches")
+    micro = tc.batch // tc.grad_accum  # fit calls get_batch(step * grad_accum + i) for i < grad_accum
+
     def get_batch(step: int, rank: int, world: int) -> torch.Tensor:
-        if tc.batch % world:
-            raise ValueError(f"global batch {tc.batch} not divisible by {world} ranks")
+        if micro % world:
+            raise ValueError(f"micro-batch {micro} (batch / grad_accum) not divisible by {world} ranks")
         rng = np.random.default_rng([tc.seed, step])
-        starts = rng.integers(0, len(train) - tc.seq_len - 1, size=tc.batch)
-        per = tc.batch // world
+        starts = rng.integers(0, len(train) - tc.seq_len - 1, size=micro)
+        per = micro // world
         rows = [
             np.asarray(train[s : s + tc.seq_len + 1], dtype=np.int64) for s in starts[rank * per : (rank + 1) * per]
         ]
@@ -118,6 +98,7 @@ def train_model(
         grad_clip=1.0,
         eval_every=tc.eval_every,
         progress=progress,
+        grad_accum=tc.grad_accum,
         ckpt_every=tc.eval_every if ckpt_dir else 0,
         desc=f"{model.cfg.layout} {model.cfg.scheme}",
     )
@@ -142,47 +123,41 @@ def build_model(
 
 
 def run_paper_scale(ctx: RunContext) -> RunOutput:
-    """``iclr26 run mesh --scale paper --set pythia=PATH --set tokens=PATH [--set key=value ...]``.
-
-    Keys: pythia (local GPT-NeoX config.json or folder, required), tokens (required), layout (default: the
-    paper's for that shape), arms (default vanilla,base,anchor,mesh), steps, batch, seq_len, lr, val_tokens,
-    eval_every, init_from (local HF checkpoint folder; default: train from scratch).
-    """
+    """``iclr26 run mesh --scale paper --set paper.pythia=PATH --set paper.train.tokens=PATH [--set ...]``
+    (every key: ``--show-config``)."""
     from iclr26.mesh.diagnostics import loop_diagnostics
     from iclr26.mesh.experiment import ARM_SCHEMES, summarize
     from iclr26.mesh.pythia import pythia_config, vanilla_of
 
-    pythia = str(ctx.local_path("pythia"))
-    tokens = str(ctx.local_path("tokens"))
-    init_from = str(ctx.local_path("init_from")) if "init_from" in ctx.options else None
-    arms = tuple(a.strip() for a in ctx.option("arms", "vanilla,base,anchor,mesh").split(","))
+    pc: PaperConfig = ctx.cfg.paper
+    pythia = str(ctx.require_path("paper.pythia"))
+    tokens = str(ctx.require_path("paper.train.tokens"))
+    init_from = str(ctx.require_path("paper.init_from")) if pc.init_from else None
+    arms = tuple(pc.arms)
     for need in ("vanilla", "base", "anchor", "mesh"):
         if need not in arms:
-            raise ExperimentError(f"--set arms must include {need} (the claims compare it)")
+            raise ExperimentError(f"--set paper.arms must include {need} (the claims compare it)")
     try:
-        rec = pythia_config(pythia, layout=ctx.option("layout"), scheme="base")
+        rec = pythia_config(pythia, layout=pc.layout or None, scheme="base")
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise ExperimentError(f"--set pythia={pythia}: {exc}") from exc
+        raise ExperimentError(f"--set paper.pythia={pythia}: {exc}") from exc
     if not rec.parsed_layout.recursive:
-        raise ExperimentError("--set layout=P+CRK+S is needed: the config's default layout is not recursive")
-    o = ctx.options
-    tc = PaperTrainConfig(
-        tokens=tokens,
-        steps=int(o.get("steps", 120_818)),
-        batch=int(o.get("batch", 512)),
-        seq_len=int(o.get("seq_len", 4096)),
-        lr=float(o.get("lr", 2e-4)),
-        val_tokens=int(o.get("val_tokens", 1_000_000)),
-        eval_every=int(o.get("eval_every", 1000)),
-    )
+        raise ExperimentError("--set paper.layout=P+CRK+S is needed: the config's default layout is not recursive")
+    tc = replace(pc.train, tokens=tokens)
+    if tc.seq_len > rec.max_seq_len:
+        raise ExperimentError(
+            f"paper.train.seq_len={tc.seq_len} exceeds the model's {rec.max_seq_len} positions "
+            f"(the paper trains at 4096; Pythia checkpoints stop at 2048): --set paper.train.seq_len={rec.max_seq_len}"
+        )
     per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     for seed in ctx.seeds:
         for arm in arms:
             cfg = vanilla_of(rec) if arm == "vanilla" else replace(rec, scheme=ARM_SCHEMES[arm])
-            torch.manual_seed(seed)
-            model = RecursiveNeoX(cfg)
-            if init_from:
+            if init_from:  # the checkpoint's weights mapped into prelude/core/coda (no throwaway random model)
                 model = build_model(pythia, cfg.layout, cfg.scheme, init_from, seed)
+            else:
+                torch.manual_seed(seed)
+                model = RecursiveNeoX(cfg)
             out = train_model(model, replace(tc, seed=seed), ctx.device, progress=ctx.show_progress)
             if cfg.parsed_layout.recursive:
                 val = load_tokens(tokens)[-tc.val_tokens :]
@@ -208,12 +183,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", required=True)
     p.add_argument("--layout", default=None)
     p.add_argument("--scheme", default="mesh")
-    p.add_argument("--steps", type=int, default=120_818)
-    p.add_argument("--batch", type=int, default=512)
-    p.add_argument("--seq-len", type=int, default=4096)
-    p.add_argument("--lr", type=float, default=2e-4)
-    p.add_argument("--val-tokens", type=int, default=1_000_000)
-    p.add_argument("--eval-every", type=int, default=1000)
+    d = PaperTrainConfig()  # the defaults live once, in the config
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--grad-accum", type=int, default=d.grad_accum)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--val-tokens", type=int, default=d.val_tokens)
+    p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init-from", default=None)
     p.add_argument("--out", default="runs/mesh_train")
@@ -232,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         val_tokens=a.val_tokens,
         seq_len=a.seq_len,
         batch=a.batch,
+        grad_accum=a.grad_accum,
         steps=a.steps,
         lr=a.lr,
         eval_every=a.eval_every,

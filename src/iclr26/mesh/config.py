@@ -1,0 +1,126 @@
+"""One typed config per run of the MeSH reproduction (``iclr26 run mesh --scale S --show-config``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class PaperTrainConfig:
+    """One paper-scale training run (the paper's recipe, Appendix B).
+
+    tokens: local token-id file (.npy or raw uint16 .bin).
+    val_tokens: size of the validation tail of the token file.
+    seq_len: training sequence length (paper 4096; Pythia checkpoints allow at most 2048 positions).
+    batch: global batch in sequences (paper 512).
+    grad_accum: micro-batches per optimiser step (the global batch is split into them on each rank).
+    steps: optimiser steps.
+    lr: peak learning rate.
+    warmup_frac: share of the steps spent in linear warm-up.
+    min_lr_ratio: cosine decay floor as a share of the peak.
+    weight_decay: AdamW weight decay.
+    eval_every: steps between validation evals (0: end only).
+    eval_batches: validation window-batches per eval.
+    bf16: autocast to bfloat16 on CUDA.
+    seed: model init and batch order (set from the run's seed by iclr26 run).
+    """
+
+    tokens: str = ""
+    val_tokens: int = 1_000_000
+    seq_len: int = 4096
+    batch: int = 512
+    grad_accum: int = 1
+    steps: int = 120_818
+    lr: float = 2e-4
+    warmup_frac: float = 0.01
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    eval_every: int = 1000
+    eval_batches: int = 8
+    bf16: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """Paper scale: recursive Pythia-shaped models trained on a local token file (nothing downloads).
+
+    pythia: local GPT-NeoX config.json or checkpoint folder giving the model shape (required).
+    layout: P+CRK+S layout of the recursive arms ("" = the paper's for that shape).
+    arms: arms to train (must include vanilla, base, anchor and mesh: the claims compare them).
+    init_from: local Hugging Face checkpoint folder to initialise from ("" = train from scratch).
+    train: the training recipe.
+    """
+
+    pythia: str = ""
+    layout: str = ""
+    arms: tuple[str, ...] = ("vanilla", "base", "anchor", "mesh")
+    init_from: str = ""
+    train: PaperTrainConfig = PaperTrainConfig()
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The CPU reproduction: one model, data and training budget, identical for every arm.
+
+    d_model: width of every arm.
+    n_heads: attention heads of every arm.
+    vanilla_layers: depth of the vanilla arm (must equal the recursive layout's unrolled depth).
+    recursive_layout: the P+CRK+S layout of the recursive arms.
+    arms: arms trained (vanilla, base, residual, anchor, anchor_emb, mesh).
+    seq_len: training sequence length in bytes.
+    batch: sequences per step.
+    steps: optimiser steps per arm.
+    lr: peak learning rate.
+    warmup: warm-up steps.
+    corpus_bytes: size of the byte corpus (95/5 split).
+    val_windows: validation windows of seq_len bytes.
+    eval_every: steps between validation evals.
+    diag_samples: validation sequences used for the loop diagnostics.
+    bench_steps: training steps timed per arm for the mesh/base step-time ratio (0 = skip).
+    threads: torch threads (one is fastest for these tiny models on a shared 2-core machine).
+    paper: paper scale (local files).
+    """
+
+    d_model: int = 64
+    n_heads: int = 4
+    vanilla_layers: int = 6
+    recursive_layout: str = "1+2R2+1"
+    arms: tuple[str, ...] = ("vanilla", "base", "anchor", "mesh")
+    seq_len: int = 64
+    batch: int = 16
+    steps: int = 200
+    lr: float = 1e-3
+    warmup: int = 10
+    corpus_bytes: int = 2_000_000
+    val_windows: int = 128
+    eval_every: int = 50
+    diag_samples: int = 16
+    bench_steps: int = 10
+    threads: int = 1
+    paper: PaperConfig = PaperConfig()
+
+
+def config_for(scale: str) -> RunConfig:
+    """small and paper: the defaults; smoke: a tiny model, every arm, 30 steps."""
+    base = RunConfig()
+    if scale == "smoke":
+        return replace(
+            base,
+            d_model=32,
+            n_heads=2,
+            vanilla_layers=4,
+            recursive_layout="1+1R2+1",
+            arms=("vanilla", "base", "residual", "anchor", "anchor_emb", "mesh"),
+            seq_len=32,
+            batch=8,
+            steps=30,
+            lr=1e-3,
+            warmup=3,
+            corpus_bytes=200_000,
+            val_windows=32,
+            eval_every=15,
+            diag_samples=4,
+            bench_steps=3,
+        )
+    return base
