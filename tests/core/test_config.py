@@ -164,3 +164,65 @@ def test_checkpoint_loading_is_weights_only_and_refuses_a_different_config(tmp_p
     torch.save({"model": {}, "x": Path("/etc")}, evil / "checkpoint.pt")
     with pytest.raises(ValueError, match="not a checkpoint"):
         load_checkpoint(evil / "checkpoint.pt")
+
+
+def test_secrets_never_reach_config_json(tmp_path):
+    """An API key given with --set is used by the run but recorded as <redacted> (config tree, options, argv)."""
+    import json
+    from dataclasses import dataclass
+
+    from iclr26.core.experiment import REDACTED, Experiment, RunOutput, redact, run_experiment
+
+    @dataclass(frozen=True)
+    class Remote:
+        """remote.
+
+        api_key: the key.
+        tokens: a token-id file (a path, not a secret).
+        """
+
+        api_key: str = ""
+        tokens: str = ""
+
+    @dataclass(frozen=True)
+    class Root:
+        """root.
+
+        remote: endpoint.
+        """
+
+        remote: Remote = Remote()
+
+    seen = {}
+
+    def run(ctx):
+        seen["key"] = ctx.cfg.remote.api_key
+        return RunOutput(metrics={}, measured={})
+
+    exp = Experiment(slug="secret_toy", title="t", arxiv="", claims=(), run=run, config=lambda s: Root())
+    argv = ["iclr26", "run", "secret_toy", "--set", "remote.api_key=sk-live-123", "--set", "remote.tokens=/d/t.npy"]
+    rec = run_experiment(
+        exp,
+        "smoke",
+        [0],
+        tmp_path,
+        {"remote.api_key": "sk-live-123", "remote.tokens": "/d/t.npy"},
+        show_progress=False,
+        argv=argv,
+    )
+    assert seen["key"] == "sk-live-123"  # the run itself gets the key
+    text = (rec.out_dir / "config.json").read_text()
+    assert "sk-live-123" not in text
+    cfg = json.loads(text)
+    assert cfg["config"]["remote"] == {"api_key": REDACTED, "tokens": "/d/t.npy"}
+    assert cfg["options"]["remote.api_key"] == REDACTED and cfg["options"]["remote.tokens"] == "/d/t.npy"
+    assert (
+        "remote.api_key=" + REDACTED in cfg["provenance"]["argv"]
+        and "remote.tokens=/d/t.npy" in cfg["provenance"]["argv"]
+    )
+    assert redact({"hf_token": "x", "max_tokens": 5, "password": "", "nested": {"secret": 1}}) == {
+        "hf_token": REDACTED,
+        "max_tokens": 5,
+        "password": "",
+        "nested": {"secret": REDACTED},
+    }

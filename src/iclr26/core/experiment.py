@@ -23,6 +23,7 @@ import importlib
 import math
 import os
 import pkgutil
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -433,6 +434,28 @@ def resolve_config(exp: Experiment, scale: str, options: Mapping[str, str] | Non
     return override(exp.config(scale), sets)
 
 
+SECRET_NAME = re.compile(r"(^|[._-])(api_?key|key|token|secret|password|passwd)$", re.IGNORECASE)
+"""Leaf names whose values config.json never records (``api_key``, ``hf_token``, ``paper.password``...;
+``tokens`` or ``max_tokens`` are not secrets)."""
+REDACTED = "<redacted>"
+
+
+def redact(value: Any, name: str = "") -> Any:
+    """``value`` with every secret-named leaf (:data:`SECRET_NAME`) replaced by ``<redacted>``; lists of argv
+    strings have ``--set NAME=value`` / ``NAME=value`` items redacted the same way."""
+    if name and SECRET_NAME.search(name.rsplit(".", 1)[-1]) and not isinstance(value, Mapping):
+        return REDACTED if value not in (None, "") else value
+    if isinstance(value, Mapping):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v, name) for v in value]
+    if isinstance(value, str) and "=" in value:
+        key, _, rest = value.partition("=")
+        if SECRET_NAME.search(key.lstrip("-").rsplit(".", 1)[-1]) and rest:
+            return f"{key}={REDACTED}"
+    return value
+
+
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """What produced a run: argv, git commit (when in a checkout), python/torch/numpy/package versions."""
     import platform
@@ -524,7 +547,8 @@ def run_experiment(
         "config": config_to_dict(cfg) if cfg is not None else None,
         "provenance": provenance(argv),
     }
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    # secrets passed with --set (an API key, a token) never reach the run folder
+    (out_dir / "config.json").write_text(json.dumps(redact(config), indent=2))
     start = time.perf_counter()
     output = exp.run(ctx)
     wall = time.perf_counter() - start
