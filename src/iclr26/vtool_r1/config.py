@@ -1,6 +1,6 @@
 """One typed config per run of VTool-R1 (printed by ``iclr26 run vtool_r1 --show-config``).
 
-The class defaults of :class:`~.vtool.SFTConfig` and :class:`~.vtool.VToolConfig` are the spec's full tiny
+The class defaults of :class:`~.vtool.SFTConfig` and :class:`~.vtool.VToolConfig` are the full tiny
 setting (SFT 2000+300 steps, RL 250 steps x 32 prompts x G=8); the tree below carries the budget that fits
 two shared CPU cores (small scale), and ``config_for("smoke")`` shrinks it further.
 """

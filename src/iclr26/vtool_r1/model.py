@@ -1,4 +1,4 @@
-"""TinyToolVLM: the tiny tool-using vision-language model of the CPU-scale reproduction (spec section 6).
+"""TinyToolVLM: the tiny tool-using vision-language model of the CPU-scale reproduction.
 
 * Vision: a shared linear patch encoder (12x12 RGB patches of the 48x48 chart = 16 tokens per image)
   plus a learned patch-position embedding and an image-index embedding (original image 0, edited image 1).

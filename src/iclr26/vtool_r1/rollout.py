@@ -18,7 +18,7 @@ tool failed, v2    [BOS TOOLS][I][blank][x, y', OBS_FAIL, y]  y only            
 pure (text GRPO)   [BOS PURE][I][x, y]                  y                             y
 =================  ==================================  ============================  ==========================
 
-``train_tool_tokens=True`` (NOT the paper; spec section 9) additionally makes y' trainable on the tool path.
+``train_tool_tokens=True`` (NOT the paper) additionally makes y' trainable on the tool path.
 """
 
 from __future__ import annotations

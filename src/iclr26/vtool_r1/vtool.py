@@ -47,7 +47,7 @@ class VToolConfig:
     """GRPO settings of VTool-R1 (defaults: v2 semantics with the v1/EasyR1 loss hyper-parameters).
 
     version: masking / failure / tool semantics: v2 (training-v2 recipe, default) or v1 (the paper's code).
-    n_prompts: prompts per RL step (the spec's tiny setting: 32).
+    n_prompts: prompts per RL step (full tiny setting: 32).
     group_size (G): rollouts per prompt (v2: 8; v1: 5).
     steps: RL steps.
     lr: AdamW learning rate of the tiny run (the real runs use 1e-6).
@@ -137,7 +137,7 @@ def vtool_loss(
 # ------------------------------------------------------------------------------------------ SFT
 @dataclass(frozen=True)
 class SFTConfig:
-    """The "instruction-tuned" initialisation of TinyToolVLM (spec section 6).
+    """The "instruction-tuned" initialisation of TinyToolVLM.
 
     pure_steps: (a) steps of PURE-mode direct QA.
     tool_steps: (b) steps imitating TOOLS mode (round-1 calls / direct answers, round-2 answers).
@@ -149,10 +149,10 @@ class SFTConfig:
     round1_share: fraction of the TOOLS examples that train round 1 (the rest train round 2).
     pure_mix: fraction of PURE examples mixed into (b) batches (keeps the pure run from drifting).
     call_dims: dimensions of the imitated calls: COL (columns, as the ReFocus chart examples); COL,ROW adds rows.
-    informative_edit: P(the round-2 example's second image is the edit its noisy call asked for); 0 = the spec.
+    informative_edit: P(the round-2 example's second image is the edit its noisy call asked for); 0 = always random.
 
     Vertical bar charts are focused by columns (x values); the rows tools keep the first bar as a header. With
-    ``informative_edit=0`` (the spec's design: a random edit) the SFT model never learns to use I'.
+    ``informative_edit=0`` (always a random edit) the SFT model never learns to use I'.
     """
 
     pure_steps: int = 2000
