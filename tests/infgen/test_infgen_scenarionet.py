@@ -127,7 +127,11 @@ def test_paper_scale_code_path(tmp_path):
     write_dataset(data, [fake_scenario(i) for i in range(4)], sub="part0")
     with pytest.raises(ExperimentError, match="trust_pickles"):  # no opt-in, no unpickling
         run_experiment(
-            EXPERIMENT, "paper", out_root=tmp_path / "runs", show_progress=False, options={"data_dir": str(data)}
+            EXPERIMENT,
+            "paper",
+            out_root=tmp_path / "runs",
+            show_progress=False,
+            options={"paper.data_dir": str(data)},
         )
     rec = run_experiment(
         EXPERIMENT,
@@ -135,13 +139,15 @@ def test_paper_scale_code_path(tmp_path):
         out_root=tmp_path / "runs",
         show_progress=False,
         options={
-            "data_dir": str(data),
-            "trust_pickles": "1",
-            "size": "small",
-            "steps": "2",
+            "paper.data_dir": str(data),
+            "paper.trust_pickles": "true",
+            "model.d_model": "64",  # the official full-small shape
+            "train.steps": "2",
+            "train.warmup_steps": "1",
             "batch": "2",
-            "n_eval": "1",
-            "horizon": "8",
+            "paper.n_eval": "1",
+            "eval.horizon": "8",
+            "eval.eval_from": "4",
         },
     )
     res = json.loads((rec.out_dir / "results.json").read_text())

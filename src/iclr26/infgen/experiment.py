@@ -15,52 +15,22 @@ Statistics over 60-120 s are compared with the long ground-truth run.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, plot_curves, save_fig
-from iclr26.core.train import TrainConfig
-from iclr26.infgen.generate import Generator, RolloutConfig, log_replay
+from iclr26.infgen.config import RunConfig, config_for
+from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats, wasserstein1
-from iclr26.infgen.model import InfGenConfig, InfGenModel
-from iclr26.infgen.tokenizer import MotionTokenizer, SceneTokenizer, long_run_windows
+from iclr26.infgen.model import InfGenModel
+from iclr26.infgen.tokenizer import SceneTokenizer, long_run_windows
 from iclr26.infgen.training import train_infgen
-from iclr26.infgen.world import Scene, TinyTown, TinyTownConfig
+from iclr26.infgen.world import Scene, TinyTown
 
-SCALE_CFG = {
-    "smoke": dict(
-        train_runs=1,
-        run_seconds=80.0,
-        long_seconds=120.0,
-        motion_bins=13,
-        d_model=32,
-        n_dec=1,
-        steps=6,
-        batch=4,
-        n_scenes=1,
-        n_learned=1,
-        horizon=40,
-        eval_from=20,
-        train_len=11,
-    ),
-    "small": dict(
-        train_runs=1,
-        run_seconds=720.0,
-        long_seconds=600.0,
-        motion_bins=33,
-        d_model=64,
-        n_dec=2,
-        steps=200,
-        batch=4,
-        n_scenes=2,
-        n_learned=1,
-        horizon=240,
-        eval_from=120,
-        train_len=11,
-    ),
-}
 METHODS = ("insertion", "no_insertion", "log_replay", "learned_eos")
 LABELS = {
     "insertion": "InfGen (insertion, released count)",
@@ -131,32 +101,39 @@ def run(ctx: RunContext) -> RunOutput:
         from iclr26.infgen.paper import run_paper
 
         return run_paper(ctx)
-    if ctx.scale not in SCALE_CFG:
-        raise ExperimentError(f"infgen has no scale {ctx.scale!r}")
-    sc = SCALE_CFG[ctx.scale]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(ctx.option("threads", "1"))))
-    try:
-        return _run_tinytown(ctx, sc)
-    finally:
-        torch.set_num_threads(threads)
+    cfg: RunConfig = ctx.cfg
+    check_config(cfg)
+    with torch_threads(max(1, cfg.threads)):
+        return _run_tinytown(ctx, cfg)
 
 
-def _run_tinytown(ctx: RunContext, sc: dict) -> RunOutput:
+def check_config(cfg: RunConfig) -> None:
+    """Settings that must agree across the tree (a clear error instead of a shape mismatch later)."""
+    if cfg.model.n_actions != cfg.motion.n_actions:
+        raise ExperimentError(
+            f"model.n_actions={cfg.model.n_actions} must be motion.n_bins**2 = {cfg.motion.n_actions}"
+        )
+    if cfg.train.warmup_steps > cfg.train.steps:
+        raise ExperimentError(f"train.warmup_steps={cfg.train.warmup_steps} > train.steps={cfg.train.steps}")
+    if not 0 <= cfg.eval.eval_from < cfg.eval.horizon:
+        raise ExperimentError(f"need 0 <= eval.eval_from < eval.horizon, got {cfg.eval.eval_from}, {cfg.eval.horizon}")
+
+
+def _run_tinytown(ctx: RunContext, cfg: RunConfig) -> RunOutput:
     per_seed, curves, frames_scene = {}, {}, None
     for seed in ctx.seeds:
         t0 = time.perf_counter()
-        res, seed_curves, scene0 = run_seed(ctx, sc, seed)
+        res, seed_curves, scene0 = run_seed(ctx, cfg, seed)
         res["wall_seconds"] = time.perf_counter() - t0
         per_seed[seed] = res
         for k, v in seed_curves.items():
             curves.setdefault(k, []).append(v)
         if frames_scene is None:
             frames_scene = scene0
-    return summarise(ctx, per_seed, curves, frames_scene, sc)
+    return summarise(ctx, per_seed, curves, frames_scene)
 
 
-def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene | None, sc: dict) -> RunOutput:
+def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene | None) -> RunOutput:
     """Seed means, claims' measured values, figures and the table."""
     keys = [k for k in per_seed[ctx.seeds[0]] if isinstance(per_seed[ctx.seeds[0]][k], float | int)]
     summary = {k: mean_std([per_seed[s][k] for s in ctx.seeds]) for k in keys}
@@ -231,12 +208,17 @@ def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene
     metrics = {
         "per_seed": {str(s): {k: v for k, v in r.items()} for s, r in per_seed.items()},
         "summary": summary,
-        "scale_config": sc,
     }
+    cfg: RunConfig = ctx.cfg
+    ev = cfg.eval
+    seed_windows = (
+        f"{cfg.paper.n_eval} held-out scenarios at most"
+        if ctx.scale == "paper"
+        else f"{ev.n_scenes} seed windows per seed ({ev.n_learned} for learned EOS)"
+    )
     notes = [
-        f"window {sc['eval_from'] * dt:.0f}-{sc['horizon'] * dt:.0f} s of {sc['horizon'] * dt:.0f} s rollouts; "
-        f"{sc['n_scenes']} seed windows per seed ({sc['n_learned']} for learned EOS); {sc['steps']} training "
-        f"steps of batch {sc['batch']}",
+        f"window {ev.eval_from * dt:.0f}-{ev.horizon * dt:.0f} s of {ev.horizon * dt:.0f} s rollouts; "
+        f"{seed_windows}; {cfg.train.steps} training steps of batch {cfg.batch}",
         "with insertion = the released caller-count mode (density target from the training distribution); "
         "learned EOS = our extension",
     ]
@@ -245,54 +227,38 @@ def summarise(ctx: RunContext, per_seed: dict, curves: dict, frames_scene: Scene
     )
 
 
-def build(sc: dict, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
-    tok = SceneTokenizer(motion=MotionTokenizer(n_bins=sc["motion_bins"]), n_slots=32)
+def build(cfg: RunConfig, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
+    """The tokenizer (motion grid of ``cfg.motion``, ``cfg.model.n_slots`` agent slots) and a seeded model."""
+    tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
     torch.manual_seed(seed)
-    model = InfGenModel(
-        InfGenConfig(
-            d_model=sc["d_model"],
-            n_dec_layers=sc["n_dec"],
-            n_actions=tok.motion.n_actions,
-            n_slots=tok.n_slots,
-            max_segments=128,
-        )
-    )
-    return tok, model
+    return tok, InfGenModel(cfg.model)
 
 
-def run_seed(ctx: RunContext, sc: dict, seed: int) -> tuple[dict, dict, Scene]:
+def run_seed(ctx: RunContext, cfg: RunConfig, seed: int) -> tuple[dict, dict, Scene]:
     rng = np.random.default_rng(seed)
-    world = TinyTown(TinyTownConfig())
-    tok, model = build(sc, seed)
+    world = TinyTown(cfg.world)
+    tok, model = build(cfg, seed)
+    d = cfg.data
     pairs = []
-    for r in range(sc["train_runs"]):
-        pairs += long_run_windows(
-            tok, world.simulate(sc["run_seconds"], seed=10_000 * seed + r), length=sc["train_len"], stride=2, seed=seed
-        )
+    for r in range(d.train_runs):
+        log = world.simulate(d.run_seconds, seed=10_000 * seed + r)
+        pairs += long_run_windows(tok, log, length=d.train_len, stride=d.stride, seed=seed)
     seqs = [p[1] for p in pairs]
     counts = np.concatenate([p[0].counts() for p in pairs])
     fit_res = train_infgen(
         model,
         seqs,
-        TrainConfig(
-            steps=sc["steps"],
-            lr=1e-3,
-            weight_decay=0.0,
-            warmup_steps=max(1, sc["steps"] // 10),
-            grad_clip=1.0,
-            progress=ctx.show_progress,
-            desc=f"train seed {seed}",
-        ),
-        sc["batch"],
+        replace(cfg.train, progress=ctx.show_progress, desc=f"train seed {seed}"),
+        cfg.batch,
         seed,
     )
     gen = Generator(model, tok)
-    gt = world.simulate(sc["long_seconds"], seed=10_000 * seed + 5_000)
+    gt = world.simulate(d.long_seconds, seed=10_000 * seed + 5_000)
     gt_stats = scene_stats(gt, 0, gt.T)
-    H, t_from = sc["horizon"], sc["eval_from"]
-    seeds = _seed_windows(gt, sc["n_scenes"])
+    H, t_from, n_learned = cfg.eval.horizon, cfg.eval.eval_from, cfg.eval.n_learned
+    seeds = _seed_windows(gt, cfg.eval.n_scenes)
     rollouts = {m: [] for m in METHODS}
-    bar = ctx.progress(total=len(seeds) * 3 + sc["n_learned"], desc=f"rollouts seed {seed}")
+    bar = ctx.progress(total=len(seeds) * 3 + min(n_learned, len(seeds)), desc=f"rollouts seed {seed}")
     for i, sw in enumerate(seeds):
         target = int(rng.choice(counts))
         for m, mode in (("insertion", "released"), ("no_insertion", "off")):
@@ -300,7 +266,7 @@ def run_seed(ctx: RunContext, sc: dict, seed: int) -> tuple[dict, dict, Scene]:
                 gen.rollout(
                     sw,
                     H,
-                    RolloutConfig(insertion=mode),
+                    replace(cfg.rollout, insertion=mode),
                     density_target=target,
                     rng=np.random.default_rng([seed, i, len(m)]),
                 )
@@ -308,10 +274,9 @@ def run_seed(ctx: RunContext, sc: dict, seed: int) -> tuple[dict, dict, Scene]:
             bar.update(1)
         rollouts["log_replay"].append(log_replay(sw, H))
         bar.update(1)
-        if i < sc["n_learned"]:
-            rollouts["learned_eos"].append(
-                gen.rollout(sw, H, RolloutConfig(insertion="learned"), rng=np.random.default_rng([seed, i, 99]))
-            )
+        if i < n_learned:
+            learned = replace(cfg.rollout, insertion="learned")
+            rollouts["learned_eos"].append(gen.rollout(sw, H, learned, rng=np.random.default_rng([seed, i, 99])))
             bar.update(1)
     bar.close()
     res, curves = measure(rollouts, gt_stats, t_from, H)
@@ -392,4 +357,5 @@ EXPERIMENT = Experiment(
     arxiv="2506.23316",
     claims=CLAIMS,
     run=run,
+    config=config_for,
 )

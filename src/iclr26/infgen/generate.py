@@ -76,8 +76,10 @@ class RolloutConfig:
 
     insertion: "released" (caller count toward a density target; default), "learned" (EOS token; ours) or "off".
     max_insert_per_block: cap of the released mode per <AS> block.
-    reject_sampling: TG_REJECT_SAMPLING; max_tries: resampling attempts.
-    top_p, temperature: motion sampling (0.95, 1.0).
+    reject_sampling: TG_REJECT_SAMPLING (resample an inserted agent whose box overlaps an existing one).
+    max_tries: resampling attempts.
+    top_p: nucleus mass of motion sampling (0.95).
+    temperature: motion sampling temperature (1.0).
     force_steps: steps forced from the seed log (3 = 1 s at 2 Hz).
     evict_distance: eviction distance from every lane point (10 m).
     max_agents: cap on simultaneous agents (slots minus reserve).

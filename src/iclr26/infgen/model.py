@@ -51,15 +51,15 @@ class InfGenConfig:
     n_heads: attention heads.
     n_enc_layers: map-encoder self-attention layers.
     n_dec_layers: decoder layers.
-    n_actions: motion vocabulary (33 x 33 = 1089).
+    n_actions: motion vocabulary (motion-grid bins squared: 33 x 33 = 1089).
     n_slots: agent-id embedding slots (128 in the paper).
     max_segments: size of the map-id embedding table.
     max_lights: size of the light-id embedding table.
     rs_bins: bins per RS field (81).
     rs_layers: layers of the Relative-State head.
     point_hidden: PointNet hidden width of the map encoder.
-    window: context window W in steps (keys with t_k <= t_q - W are masked; the official code keeps a growing
-        KV cache instead: see the README).
+    window: context window W in steps: keys with t_k <= t_q - W are masked (official: a growing KV cache).
+        See the README.
     rel_hidden: hidden width of the relative-pose bias MLP (0: a linear map of the features).
     rel_bias: use the relative-pose attention bias.
     abs_pose: also add an absolute pose embedding to every posed token (the spec's fallback).

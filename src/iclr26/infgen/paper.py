@@ -1,25 +1,24 @@
 """Paper scale: ScenarioNet scenarios from a local folder, the official model sizes, DDP training via
-``core.train.fit`` (``torchrun --nproc_per_node=8 -m iclr26.cli run infgen --scale paper --set data_dir=...``),
-then the same 120-second rollout measurements as the small scale on held-out scenarios.
-
-``--set`` keys: ``data_dir`` (required: a ScenarioNet database folder of scenario pickles), ``size``
-(small / large / xl, default large), ``steps`` (optimiser steps, default 100000), ``batch`` (per rank, 4),
-``limit`` (max scenarios to read), ``n_eval`` (held-out scenarios rolled out, 8), ``horizon`` (steps at 2 Hz,
-240 = 120 s), ``device`` (cpu / cuda).
+``core.train.fit`` (``torchrun --nproc_per_node=8 -m iclr26.cli run infgen --scale paper --set
+paper.data_dir=... --set paper.trust_pickles=true``), then the same 120-second rollout measurements as the
+small scale on held-out scenarios. Every setting is a field of :class:`iclr26.infgen.config.RunConfig`.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
-from iclr26.infgen.generate import Generator, RolloutConfig, log_replay
+from iclr26.infgen.config import RunConfig
+from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats
-from iclr26.infgen.model import InfGenConfig, InfGenModel
+from iclr26.infgen.model import InfGenModel
 from iclr26.infgen.scenarionet import load_scenarios, scenario_to_scene
 from iclr26.infgen.tokenizer import SceneTokenizer
-from iclr26.infgen.training import paper_train_config, train_infgen
+from iclr26.infgen.training import train_infgen
 from iclr26.infgen.world import Scene
 
 
@@ -32,36 +31,40 @@ def _pooled_gt_stats(scenes: list[Scene]) -> dict:
     return out
 
 
-def run_paper(ctx: RunContext) -> RunOutput:
-    from iclr26.infgen.experiment import measure, summarise
-
-    data_dir = ctx.local_path("data_dir")
-    size = ctx.option("size", "large")
-    steps = int(ctx.option("steps", "100000"))
-    batch = int(ctx.option("batch", "4"))
-    limit = ctx.option("limit")
-    n_eval = int(ctx.option("n_eval", "8"))
-    horizon = int(ctx.option("horizon", "240"))
+def _load(ctx: RunContext, cfg: RunConfig) -> list[Scene]:
+    data_dir = ctx.require_path("paper.data_dir")
     try:
-        trust = str(ctx.option("trust_pickles", "0")).lower() in ("1", "true", "yes")
-        raw = load_scenarios(data_dir, int(limit) if limit else None, trust_pickles=trust)
+        raw = load_scenarios(data_dir, cfg.paper.limit or None, trust_pickles=cfg.paper.trust_pickles)
         scenes = [scenario_to_scene(sd) for sd in raw]
     except (OSError, ValueError) as exc:
         raise ExperimentError(f"infgen paper scale: {exc}") from exc
+    need = max(s.map.num_segments for s in scenes)
+    if need > cfg.model.max_segments:
+        raise ExperimentError(f"a scenario has {need} map segments: --set model.max_segments={need} (or more)")
+    return scenes
+
+
+def run_paper(ctx: RunContext) -> RunOutput:
+    from iclr26.infgen.experiment import check_config, measure, summarise
+
+    cfg: RunConfig = ctx.cfg
+    check_config(cfg)
+    scenes = _load(ctx, cfg)
+    horizon, n_eval = cfg.eval.horizon, cfg.paper.n_eval
     n_hold = max(1, min(n_eval, len(scenes) // 10 or 1))
     train, held = (scenes[:-n_hold] or scenes), scenes[-n_hold:]
     per_seed, curves, frame = {}, {}, None
     for seed in ctx.seeds:
-        tok = SceneTokenizer(n_slots=128)
+        tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
         torch.manual_seed(seed)
-        model = InfGenModel(InfGenConfig.paper(size, max_segments=max(3000, max(s.map.num_segments for s in scenes))))
+        model = InfGenModel(cfg.model)
         model.to(ctx.device)
         seqs = [tok(s, np.random.default_rng([seed, i]))[0] for i, s in enumerate(train)]
         res = train_infgen(
             model,
             seqs,
-            paper_train_config(steps, progress=ctx.show_progress),
-            batch,
+            replace(cfg.train, progress=ctx.show_progress),
+            cfg.batch,
             seed,
             ckpt_dir=ctx.out_dir / f"ckpt_seed{seed}",
             device=ctx.device,
@@ -76,17 +79,15 @@ def run_paper(ctx: RunContext) -> RunOutput:
                 gen.rollout(
                     s,
                     horizon,
-                    RolloutConfig(insertion="released", max_agents=120),
+                    replace(cfg.rollout, insertion="released"),
                     density_target=int(rng.choice(counts)),
                     rng=r,
                 )
             )
-            rollouts["no_insertion"].append(gen.rollout(s, horizon, RolloutConfig(insertion="off"), rng=r))
-            rollouts["learned_eos"].append(
-                gen.rollout(s, horizon, RolloutConfig(insertion="learned", max_agents=120), rng=r)
-            )
+            rollouts["no_insertion"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="off"), rng=r))
+            rollouts["learned_eos"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="learned"), rng=r))
             rollouts["log_replay"].append(log_replay(s, horizon))
-        out, cur = measure(rollouts, _pooled_gt_stats(held), horizon // 2, horizon)
+        out, cur = measure(rollouts, _pooled_gt_stats(held), cfg.eval.eval_from, horizon)
         out.update(
             {"losses": res.losses, "final_loss": float(np.mean(res.losses[-10:])), "n_train_scenarios": len(train)}
         )
@@ -94,13 +95,4 @@ def run_paper(ctx: RunContext) -> RunOutput:
         for k, v in cur.items():
             curves.setdefault(k, []).append(v)
         frame = frame or rollouts["insertion"][0]
-    sc = {
-        "horizon": horizon,
-        "eval_from": horizon // 2,
-        "n_scenes": len(held),
-        "n_learned": len(held),
-        "steps": steps,
-        "batch": batch,
-        "size": size,
-    }
-    return summarise(ctx, per_seed, curves, frame, sc)
+    return summarise(ctx, per_seed, curves, frame)

@@ -198,8 +198,8 @@ def scenario_files(path: str | Path, trust_pickles: bool = False, allowed_roots:
     if not trust_pickles:
         raise ValueError(
             "ScenarioNet scenarios are Python pickles, and unpickling a file can run arbitrary code: pass "
-            "trust_pickles=True (--set trust_pickles=1) only for a dataset you converted yourself or otherwise "
-            "trust. Only files listed in its dataset_summary.pkl are read."
+            "trust_pickles=True (--set paper.trust_pickles=true) only for a dataset you converted yourself or "
+            "otherwise trust. Only files listed in its dataset_summary.pkl are read."
         )
     root = Path(path)
     if not root.is_dir():

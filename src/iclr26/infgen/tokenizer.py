@@ -56,8 +56,8 @@ class MotionTokenizer:
     w_max: yaw-rate range [-w_max, w_max] (rad/s).
     dt: seconds per step.
     tie_noise: weight of the radial tie-break term (towards the centre bin).
-    clamp_speed: clamp the next speed at 0 (``max(0, v + a dt)``); False (default) is the official kinematics,
-        where hard braking can drive the speed negative (the agent then rolls backwards).
+    clamp_speed: clamp the next speed at 0 (max(0, v + a dt)); False = official kinematics (may go negative).
+        In the official kinematics hard braking can drive the speed negative (the agent then rolls backwards).
     """
 
     n_bins: int = 33

@@ -134,14 +134,21 @@ class TinyTownConfig:
     arm_length: distance from the junction centre to the map boundary (m).
     box_half: distance from the centre to the stop lines (m).
     lane_width: lane width (m).
-    green, yellow, all_red: signal timing per protected phase (s).
+    green: green time per protected phase (s).
+    yellow: yellow time per protected phase (s).
+    all_red: all-red time between phases (s).
     p_cyclist: share of cyclists among arrivals.
     route_probs: (straight, left, right) probabilities.
     v_turn: desired speed on turning connectors (m/s).
-    idm_a, idm_b, idm_T, idm_s0: IDM max acceleration, comfortable braking, time headway, jam distance.
-    lateral_amp, lateral_wavelength: the lateral offset is e(s) = A sin(2 pi s / wavelength + phase) with
-        A ~ U(0, lateral_amp) per vehicle (smooth lane-keeping noise; the heading follows it).
-    sim_dt: simulation step (s); log_dt: log step (s), a multiple of sim_dt.
+    idm_a: IDM maximum acceleration (m/s^2).
+    idm_b: IDM comfortable braking (m/s^2).
+    idm_T: IDM time headway (s).
+    idm_s0: IDM jam distance (m).
+    lateral_amp: bound of the smooth lane-keeping offset A ~ U(0, lateral_amp) per vehicle (m).
+        The offset is e(s) = A sin(2 pi s / lateral_wavelength + phase); the heading follows it.
+    lateral_wavelength: wavelength of the lateral offset (m).
+    sim_dt: simulation step (s).
+    log_dt: log step (s), a multiple of sim_dt.
     segment_max_len: longest map segment (m), as in the paper.
     """
 
