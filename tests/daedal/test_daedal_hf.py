@@ -184,11 +184,11 @@ def test_eval_cli_offline(tmp_path):
             "--eos-window",
             "4",
         ]
-    )
+    )["daedal"]
     assert s["n"] == 3 and 0 <= s["accuracy"] <= 100 and 0 <= s["E_ratio"] <= 100 and s["nfe"] > 0
-    lines = (tmp_path / "d" / "samples.jsonl").read_text().splitlines()
+    lines = (tmp_path / "d" / "daedal" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(ln)["index"] for ln in lines] == [0, 1, 2]
-    f = main(common + ["--out", str(tmp_path / "f"), "--method", "fixed", "--gen-length", "8"])
+    f = main(common + ["--out", str(tmp_path / "f"), "--method", "fixed", "--gen-length", "8"])["fixed"]
     assert f["N_tok"] == 8 and f["nfe"] == 8
 
 
@@ -203,18 +203,18 @@ def test_paper_scale_through_run_experiment(tmp_path):
     data = tmp_path / "gsm.jsonl"
     data.write_text(json.dumps({"question": "what is 1 + 2 ?", "answer": "#### 3"}) + "\n")
     opts = {
-        "model_path": str(mdir),
-        "data_path": str(data),
-        "device": "cpu",
-        "dtype": "float32",
-        "mask_id": str(tok.mask_token_id),
-        "eos_id": str(tok.sep_token_id),
-        "initial_length": "4",
-        "max_length": "16",
-        "block_length": "4",
-        "expansion_factor": "4",
-        "eos_window": "4",
-        "fixed_length": "8",
+        "paper.model_path": str(mdir),
+        "paper.data_path": str(data),
+        "paper.device": "cpu",
+        "paper.dtype": "float32",
+        "paper.mask_id": str(tok.mask_token_id),
+        "paper.eos_id": str(tok.sep_token_id),
+        "paper.daedal.initial_length": "4",
+        "paper.daedal.max_length": "16",
+        "paper.daedal.block_length": "4",
+        "paper.daedal.expansion_factor": "4",
+        "paper.daedal.eos_window": "4",
+        "paper.fixed_length": "8",
     }
     rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts, show_progress=False)
     res = json.loads((rec.out_dir / "results.json").read_text())

@@ -2,13 +2,17 @@
 
 ::
 
-    python -m iclr26.daedal.eval --model /path/LLaDA-8B-Instruct --data gsm8k_test.jsonl \\
-        --method daedal --out results/ --device cuda --dtype bfloat16
+    python -m iclr26.daedal.eval --model /path/LLaDA-8B-Instruct --trust-remote-code \\
+        --data gsm8k_test.jsonl --method daedal --out results/ --device cuda --dtype bfloat16
     torchrun --nproc_per_node=8 -m iclr26.daedal.eval --model ... --data ... --method fixed --gen-length 512
+
+Every flag is a field of :class:`~iclr26.daedal.config.PaperConfig` (or of its ``daedal``
+:class:`~iclr26.daedal.generate.DaedalConfig`) and takes its default from there, the same fields
+``iclr26 run daedal --scale paper --set paper.FIELD=...`` sets (``--help`` lists them).
 
 Each line of the JSONL is ``{"question": str, "answer": str}`` with the gold number after ``####``
 (the GSM8K format). Rank r of W takes problems r, r + W, ...; results are gathered on rank 0,
-which writes ``samples.jsonl`` and ``summary.json`` (accuracy, E_tok, N_tok, E_ratio, NFE).
+which writes ``<out>/<method>/samples.jsonl`` and ``summary.json`` (accuracy, E_tok, N_tok, E_ratio, NFE).
 
 Prompt: the tokenizer's chat template (when it has one) with the question, then the assistant turn
 pre-filled with ``"<reasoning> "`` as in the released code. Answer: the last ``\\boxed{...}``, else
@@ -21,13 +25,18 @@ import argparse
 import json
 import re
 import sys
+from argparse import SUPPRESS
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from iclr26.core.config import ConfigError, config_docs, config_to_dict, flatten, override
+from iclr26.core.serialize import to_jsonable
+
+from .config import PaperConfig
 from .generate import DaedalConfig, daedal_generate, llada_fixed_generate
-from .hf import LLADA_EOS_ID, LLADA_MASK_ID, HFMaskedDiffusionAdapter, check_llada_ids, load_masked_diffusion_lm
+from .hf import HFMaskedDiffusionAdapter, check_llada_ids, load_masked_diffusion_lm
 from .metrics import effective_length
 
 INSTRUCTION = (
@@ -95,91 +104,112 @@ def build_prompt(tokenizer: Any, question: str) -> list[int]:
     return tokenizer(text + "\n" + ASSISTANT_PREFIX, add_special_tokens=False)["input_ids"]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+# flags whose name is not the field's own (kept from earlier command lines); every other field of
+# PaperConfig / DaedalConfig is ``--field-name`` (booleans also ``--no-field-name``)
+_FLAG_NAMES = {"model_path": ("--model",), "data_path": ("--data",), "fixed_length": ("--gen-length", "--fixed-length")}
+
+
+def _flags() -> list[tuple[str, tuple[str, ...], Any, Any, str]]:
+    """(dotted key, flags, annotation, default, doc) for every leaf of :class:`PaperConfig`."""
+    docs = {**config_docs(DaedalConfig), **config_docs(PaperConfig)}
+    out = []
+    for key, tp, default in flatten(PaperConfig()):
+        name = key.rsplit(".", 1)[-1]
+        flags = _FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
+        out.append((key, flags, tp, default, docs.get(name, "")))
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[PaperConfig, Path]:
+    """Command line -> (config, output folder); every default is :class:`PaperConfig`'s (one place)."""
     ap = argparse.ArgumentParser(prog="python -m iclr26.daedal.eval", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="local model directory (nothing is downloaded)")
-    ap.add_argument("--data", required=True, help="local GSM8K-format JSONL")
-    ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--method", choices=("daedal", "fixed"), default="daedal")
-    ap.add_argument("--gen-length", type=int, default=256, help="fixed: canvas length (steps = length)")
-    ap.add_argument("--initial-length", type=int, default=64)
-    ap.add_argument("--max-length", type=int, default=2048)
-    ap.add_argument("--block-length", type=int, default=32)
-    ap.add_argument("--expansion-factor", type=int, default=8)
-    ap.add_argument("--eos-window", type=int, default=32)
-    ap.add_argument("--eos-anchor", type=int, default=None, help="default eos_window // 2 (released code)")
-    ap.add_argument("--eos-conf-mode", choices=("code", "window_mean"), default="code")
-    ap.add_argument("--mask-id", type=int, default=LLADA_MASK_ID)
-    ap.add_argument("--eos-id", type=int, default=LLADA_EOS_ID)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--limit", type=int, default=0, help="first N problems only (0 = all)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument(
-        "--no-attention-mask", action="store_true", help="the model rejects attention_mask: forces batch size 1"
-    )
-    ap.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the modelling file in the model directory (LLaDA needs it; off unless asked for)",
-    )
-    ap.add_argument(
-        "--check-atol",
-        type=float,
-        default=None,
-        help="tolerance of the padded-vs-alone logits self-check (default 1e-3 in float32, 0.25 in 16-bit)",
-    )
-    ap.add_argument(
-        "--position-ids-from-mask",
-        action="store_true",
-        help="pass position ids that ignore left padding (BERT-style models; not LLaDA)",
-    )
-    return ap.parse_args(argv)
+    ap.add_argument("--out", required=True, help="output folder (one subfolder per method)")
+    for key, flags, tp, default, doc in _flags():
+        help_text = f"{doc} (default: {json.dumps(to_jsonable(default))})".replace("%", "%%")
+        if tp is bool:
+            ap.add_argument(*flags, dest=key, action=argparse.BooleanOptionalAction, default=SUPPRESS, help=help_text)
+        else:
+            ap.add_argument(*flags, dest=key, default=SUPPRESS, help=help_text)
+    ns = vars(ap.parse_args(argv))
+    out = Path(ns.pop("out"))
+    try:
+        cfg = override(PaperConfig(), ns)
+    except ConfigError as exc:
+        ap.error(str(exc).replace("--set ", ""))
+    for key in ("model_path", "data_path"):
+        if not getattr(cfg, key):
+            ap.error(f"{_FLAG_NAMES[key][0]} is required")
+    return cfg, out
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    args = parse_args(argv)
+def resolve_device(device: str) -> str:
+    """``auto`` -> cuda when available, else cpu."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]] | None:
+    """``python -m iclr26.daedal.eval``: {method: summary} on rank 0, None on the other ranks."""
+    cfg, out = parse_args(argv)
+    return evaluate(cfg, out)
+
+
+def evaluate(cfg: PaperConfig, out_dir: str | Path) -> dict[str, dict[str, Any]] | None:
+    """Decode ``cfg.data_path`` with ``cfg.method`` (both: DAEDAL then fixed), files under ``out_dir/<method>/``.
+
+    Returns {method: summary} on rank 0 and None on the other ranks (sharded under torchrun).
+    """
     from iclr26.core.train import setup_distributed
 
     rank, world = setup_distributed()
-    device = args.device
+    device = resolve_device(cfg.device)
     if device.startswith("cuda") and world > 1:
         device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
-    data = read_jsonl(args.data)
-    if args.limit:
-        data = data[: args.limit]
+    data = read_jsonl(cfg.data_path)
+    if cfg.limit:
+        data = data[: cfg.limit]
     model, tok = load_masked_diffusion_lm(
-        args.model, device=device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
+        cfg.model_path, device=device, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code
     )
-    check_llada_ids(tok, args.mask_id, args.eos_id)
+    check_llada_ids(tok, cfg.mask_id, cfg.eos_id)
     fn = HFMaskedDiffusionAdapter(
         model,
-        pass_attention_mask=not args.no_attention_mask,
+        pass_attention_mask=cfg.attention_mask,
         device=device,
-        position_ids_from_mask=args.position_ids_from_mask,
-        check_atol=args.check_atol if args.check_atol is not None else (1e-3 if args.dtype == "float32" else 0.25),
+        position_ids_from_mask=cfg.position_ids_from_mask,
+        self_check=cfg.self_check,
+        check_atol=cfg.resolved_check_atol(),
     )
-    bs = 1 if args.no_attention_mask else args.batch_size
-    cfg = DaedalConfig(
-        initial_length=args.initial_length,
-        max_length=args.max_length,
-        block_length=args.block_length,
-        expansion_factor=args.expansion_factor,
-        eos_window=args.eos_window,
-        eos_anchor=args.eos_window // 2 if args.eos_anchor is None else args.eos_anchor,
-        eos_conf_mode=args.eos_conf_mode,
-    )
+    methods = ("daedal", "fixed") if cfg.method == "both" else (cfg.method,)
+    summaries = {}
+    for method in methods:
+        records = _decode(fn, tok, data, cfg, method, device, rank, world)
+        if world > 1:
+            import torch.distributed as dist
+
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, records)
+            records = [r for part in gathered for r in part]
+        if rank == 0:
+            summaries[method] = _write(records, cfg, method, Path(out_dir) / method)
+    return summaries if rank == 0 else None
+
+
+def _decode(fn, tok, data, cfg: PaperConfig, method: str, device, rank: int, world: int) -> list[dict[str, Any]]:
+    """This rank's share (problems rank, rank + world, ...) decoded with ``method``."""
+    bs = cfg.batch_size if cfg.attention_mask else 1
+    dc = cfg.daedal
     mine = list(range(rank, len(data), world))
     records = []
     for start in range(0, len(mine), bs):
         idx = mine[start : start + bs]
         prompts = [torch.tensor(build_prompt(tok, data[i]["question"]), dtype=torch.long, device=device) for i in idx]
-        if args.method == "daedal":
-            out = daedal_generate(fn, prompts, args.mask_id, args.eos_id, cfg)
+        if method == "daedal":
+            out = daedal_generate(fn, prompts, cfg.mask_id, cfg.eos_id, dc)
         else:
-            out = llada_fixed_generate(
-                fn, prompts, args.gen_length, args.gen_length, args.block_length, args.mask_id, args.eos_id
-            )
+            L = cfg.fixed_length
+            out = llada_fixed_generate(fn, prompts, L, L, dc.block_length, cfg.mask_id, cfg.eos_id)
         for k, i in enumerate(idx):
             seq = out.sequences[k]
             text = tok.decode(seq.tolist(), skip_special_tokens=False)
@@ -192,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     "pred": pred,
                     "gold": gold,
                     "N_tok": int(seq.numel()),
-                    "E_tok": effective_length(seq, args.eos_id),
+                    "E_tok": effective_length(seq, cfg.eos_id),
                     "stage1_length": int(out.stage1_lengths[k]),
                     "n_insertions": int(out.n_insertions[k]),
                     "nfe": int(out.nfe[k]),
@@ -200,29 +230,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 }
             )
         if rank == 0:
-            print(f"[rank 0] {start + len(idx)}/{len(mine)} done", file=sys.stderr, flush=True)
-    if world > 1:
-        import torch.distributed as dist
+            print(f"[rank 0] {method}: {start + len(idx)}/{len(mine)} done", file=sys.stderr, flush=True)
+    return records
 
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, records)
-        records = [r for part in gathered for r in part]
-    if rank != 0:
-        return None
+
+def _write(records: list[dict[str, Any]], cfg: PaperConfig, method: str, out_dir: Path) -> dict[str, Any]:
+    """samples.jsonl + summary.json (accuracy, E_tok, N_tok, E_ratio as a ratio of totals, NFE)."""
     records.sort(key=lambda r: r["index"])
     n = len(records)
     total_e, total_n = sum(r["E_tok"] for r in records), sum(r["N_tok"] for r in records)
     summary = {
-        "method": args.method,
+        "method": method,
         "n": n,
         "accuracy": 100.0 * sum(r["correct"] for r in records) / n,
         "E_tok": total_e / n,
         "N_tok": total_n / n,
         "E_ratio": 100.0 * total_e / max(1, total_n),
         "nfe": sum(r["nfe"] for r in records) / n,
-        "config": vars(args),
+        "config": config_to_dict(cfg),
     }
-    out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "samples.jsonl", "w") as f:
         for r in records:

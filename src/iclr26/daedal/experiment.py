@@ -19,7 +19,7 @@ Claims (fixed before any run; evaluated on the means over the seeds given):
   seeds, >= 0.7.
 
 ``paper`` scale runs the same decoders on a local LLaDA checkpoint and GSM8K JSONL
-(``--set model_path=... --set data_path=...``) through :mod:`iclr26.daedal.eval`.
+(``--set paper.model_path=... --set paper.data_path=...``) through :mod:`iclr26.daedal.eval`.
 """
 
 from __future__ import annotations
@@ -32,78 +32,16 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, save_fig
 
 from . import tasks as T
-from .generate import DaedalConfig, daedal_generate, llada_fixed_generate
+from .config import RunConfig, config_for
+from .generate import daedal_generate, llada_fixed_generate
 from .metrics import effective_token_stats
-from .model import TinyMDMConfig, model_fn_of, train_tiny_mdm
+from .model import model_fn_of, train_tiny_mdm
 
 TASK_ROLES = ("short", "medium", "long")
-
-SCALES: dict[str, dict[str, Any]] = {
-    "smoke": dict(
-        model=TinyMDMConfig(
-            d_model=32,
-            n_layers=2,
-            n_heads=4,
-            d_ff=128,
-            steps=80,
-            batch_size=16,
-            train_max_canvas=48,
-            max_len=72,
-            tasks=("rep", "alt", "pairs"),
-            warmup_steps=10,
-            lr=3e-3,
-        ),
-        n_eval=8,
-        lengths=(8, 16),
-        l_max=48,
-        stage2_inits=(8,),
-        block=8,
-    ),
-    # baseline grid: the spec's roughly geometric grid (the paper doubles L) without 96 (CPU time);
-    # 64 lies beyond the longest training canvas (48), as 2048 does for LLaDA
-    "small": dict(
-        model=TinyMDMConfig(
-            d_model=64,
-            n_layers=2,
-            n_heads=4,
-            d_ff=256,
-            steps=800,
-            batch_size=32,
-            train_max_canvas=48,
-            max_len=88,
-            tasks=("rep", "alt", "pairs"),
-            warmup_steps=50,
-            lr=3e-3,
-        ),
-        n_eval=64,
-        lengths=(8, 16, 24, 32, 48, 64),
-        l_max=48,
-        stage2_inits=(8, 16, 32),
-        block=8,
-    ),
-}
-EVAL_SEED = 12345
-
-
-def daedal_config(l_max: int, block: int, **kw) -> DaedalConfig:
-    """The paper's thresholds, every length scaled to the task (spec §6): L_init 8, E 4, W 8, anchor 4."""
-    base = dict(
-        initial_length=8,
-        max_length=l_max,
-        block_length=block,
-        tau_high=0.9,
-        tau_low=0.1,
-        tau_eos=0.5,
-        tau_expand=0.9,
-        expansion_factor=4,
-        eos_window=8,
-        eos_anchor=4,
-    )
-    base.update(kw)
-    return DaedalConfig(**base)
 
 
 def _score(problems, out, wall: float) -> dict[str, Any]:
@@ -133,30 +71,30 @@ def _timed(problems, decoder, *args, **kwargs) -> dict[str, Any]:
     return _score(problems, out, time.perf_counter() - t0)
 
 
-def run_seed(ctx: RunContext, seed: int, sc: dict[str, Any], problems: dict[str, list]) -> dict[str, Any]:
+def run_seed(ctx: RunContext, seed: int, cfg: RunConfig, problems: dict[str, list]) -> dict[str, Any]:
     """Train one model for ``seed`` and evaluate every arm on every task."""
     torch.manual_seed(seed)
-    model, losses = train_tiny_mdm(sc["model"], seed, progress=ctx.show_progress)
+    model, losses = train_tiny_mdm(cfg.model, seed, progress=ctx.show_progress)
     fn = model_fn_of(model)
     res: dict[str, Any] = {"train_loss_last": float(np.mean(losses[-50:])), "tasks": {}}
-    dcfg = daedal_config(sc["l_max"], sc["block"])
+    dcfg, block = cfg.daedal, cfg.daedal.block_length
     for task, probs in problems.items():
         ids, mask = T.pad_prompts(probs)
         arms: dict[str, Any] = {}
         fixed = dict(prompt_mask=mask)
-        for L in sc["lengths"]:
-            arms[f"fixed_{L}"] = _timed(probs, llada_fixed_generate, fn, ids, L, L, sc["block"], T.MASK, T.EOS, **fixed)
+        for L in cfg.lengths:
+            arms[f"fixed_{L}"] = _timed(probs, llada_fixed_generate, fn, ids, L, L, block, T.MASK, T.EOS, **fixed)
         arms["daedal"] = _timed(probs, daedal_generate, fn, ids, T.MASK, T.EOS, dcfg, **fixed)
         arms["stage1_only"] = _timed(
             probs, daedal_generate, fn, ids, T.MASK, T.EOS, replace(dcfg, mask_insertion=False), **fixed
         )
-        for L0 in sc["stage2_inits"]:
+        for L0 in cfg.stage2_inits:
             c2 = replace(dcfg, initial_length_adjustment=False, initial_length=L0)
             arms[f"stage2_only_{L0}"] = _timed(probs, daedal_generate, fn, ids, T.MASK, T.EOS, c2, **fixed)
-        best_L = max(sc["lengths"], key=lambda L, arms=arms: (arms[f"fixed_{L}"]["acc"], -L))
-        for L in sorted({best_L, dcfg.initial_length} & set(sc["lengths"])):
+        best_L = max(cfg.lengths, key=lambda L, arms=arms: (arms[f"fixed_{L}"]["acc"], -L))
+        for L in sorted({best_L, dcfg.initial_length} & set(cfg.lengths)):
             arms[f"control_{L}"] = _timed(
-                probs, llada_fixed_generate, fn, ids, L, L, sc["block"], T.MASK, T.EOS, tau_high=dcfg.tau_high, **fixed
+                probs, llada_fixed_generate, fn, ids, L, L, block, T.MASK, T.EOS, tau_high=dcfg.tau_high, **fixed
             )
         true_len = [len(p.target) for p in probs]
         res["tasks"][task] = {"arms": arms, "true_len": true_len}
@@ -178,7 +116,7 @@ def spearman(x, y) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def summarise(per_seed: list[dict[str, Any]], sc: dict[str, Any], seeds) -> tuple[dict, dict, dict, list]:
+def summarise(per_seed: list[dict[str, Any]], cfg: RunConfig, seeds) -> tuple[dict, dict, dict, list]:
     tasks = list(per_seed[0]["tasks"])
     arms = list(per_seed[0]["tasks"][tasks[0]]["arms"])
     fields = ("acc", "E_tok", "N_tok", "E_ratio", "E_ratio_trailing", "nfe", "stage1_len", "insertions", "wall_s")
@@ -191,8 +129,8 @@ def summarise(per_seed: list[dict[str, Any]], sc: dict[str, Any], seeds) -> tupl
             mean[task][arm] = {f: float(np.mean([s["tasks"][task]["arms"][arm][f] for s in per_seed])) for f in fields}
             mean[task][arm]["acc_per_seed"] = [s["tasks"][task]["arms"][arm]["acc"] for s in per_seed]
             mean[task][arm]["acc_std"] = mean_std(mean[task][arm]["acc_per_seed"])["std"]
-    L_init = 8
-    best = {t: max(sc["lengths"], key=lambda L, t=t: (mean[t][f"fixed_{L}"]["acc"], -L)) for t in tasks}
+    L_init = cfg.daedal.initial_length
+    best = {t: max(cfg.lengths, key=lambda L, t=t: (mean[t][f"fixed_{L}"]["acc"], -L)) for t in tasks}
     d = {t: mean[t]["daedal"] for t in tasks}
     b = {t: mean[t][f"fixed_{best[t]}"] for t in tasks}
     c1 = {
@@ -290,13 +228,13 @@ def tables(mean, best_list, bench, seeds) -> dict[str, str]:
     return out
 
 
-def figure(ctx: RunContext, mean, sc) -> None:
+def figure(ctx: RunContext, mean, cfg: RunConfig) -> None:
     import matplotlib.pyplot as plt
 
     tasks = list(mean)
     fig, axes = plt.subplots(2, len(tasks), figsize=(4 * len(tasks), 6.5), squeeze=False)
     for j, t in enumerate(tasks):
-        Ls = list(sc["lengths"])
+        Ls = list(cfg.lengths)
         for i, key in enumerate(("acc", "E_ratio")):
             ax = axes[i][j]
             ax.plot(Ls, [mean[t][f"fixed_{L}"][key] for L in Ls], "o-", label="LLaDA fixed length")
@@ -314,35 +252,26 @@ def figure(ctx: RunContext, mean, sc) -> None:
 def run(ctx: RunContext) -> RunOutput:
     if ctx.scale == "paper":
         return run_paper(ctx)
-    sc = SCALES[ctx.scale]
+    cfg: RunConfig = ctx.cfg
     # the ops are tiny (batch 32 x 72 tokens x d 64): one intra-op thread is as fast as two and does
     # not collapse when the 2 cores are shared (measured: 2 threads were ~5x slower under contention)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        problems = {t: T.make_problems(t, sc["n_eval"], EVAL_SEED + k) for k, t in enumerate(sc["model"].tasks)}
-        per_seed = [run_seed(ctx, s, sc, problems) for s in ctx.progress(ctx.seeds, desc="seeds")]
-    finally:
-        torch.set_num_threads(threads)
-    mean, measured, bench, best_list = summarise(per_seed, sc, ctx.seeds)
-    figure(ctx, mean, sc)
+    with torch_threads(cfg.threads):
+        problems = {t: T.make_problems(t, cfg.n_eval, cfg.eval_seed + k) for k, t in enumerate(cfg.model.tasks)}
+        per_seed = [run_seed(ctx, s, cfg, problems) for s in ctx.progress(ctx.seeds, desc="seeds")]
+    mean, measured, bench, best_list = summarise(per_seed, cfg, ctx.seeds)
+    figure(ctx, mean, cfg)
     metrics = {
         "per_seed": {str(s): r for s, r in zip(ctx.seeds, per_seed, strict=True)},
         "mean": mean,
         "benchmark": bench,
         "best_fixed_length": dict(zip(mean, best_list, strict=True)),
-        "config": {
-            "model": sc["model"],
-            "n_eval": sc["n_eval"],
-            "lengths": sc["lengths"],
-            "daedal": daedal_config(sc["l_max"], sc["block"]),
-        },
+        "config": {"model": cfg.model, "n_eval": cfg.n_eval, "lengths": cfg.lengths, "daedal": cfg.daedal},
     }
     notes = [
-        f"tasks (short, medium, long) = {list(mean)}; {sc['n_eval']} held-out problems each; "
+        f"tasks (short, medium, long) = {list(mean)}; {cfg.n_eval} held-out problems each; "
         f"one model per seed shared by all arms.",
         "best fixed length = argmax of the seed-mean accuracy per task (oracle, ties -> shorter).",
-        "NFE = forward passes per problem; DAEDAL fills every token above tau_high = 0.9 while the "
+        f"NFE = forward passes per problem; DAEDAL fills every token above tau_high = {cfg.daedal.tau_high} while the "
         "baseline decodes one token per step: compare with the control_L rows (threshold fill on a "
         "fixed canvas) before reading NFE as a length effect.",
     ]
@@ -353,34 +282,17 @@ def run_paper(ctx: RunContext) -> RunOutput:
     """LLaDA + GSM8K from local paths, one process (use torchrun + ``python -m iclr26.daedal.eval`` for 8 GPUs)."""
     from . import eval as ev
 
-    model_path = ctx.local_path("model_path")
-    data_path = ctx.local_path("data_path")
-    limit = ctx.option("limit", "0")
-    device = ctx.device if "device" in ctx.options else ("cuda" if torch.cuda.is_available() else "cpu")
-    results = {}
-    common = ["--model", str(model_path), "--data", str(data_path), "--device", device, "--limit", str(limit)]
-    for key in (
-        "dtype",
-        "mask_id",
-        "eos_id",
-        "batch_size",
-        "initial_length",
-        "max_length",
-        "block_length",
-        "expansion_factor",
-        "eos_window",
-    ):
-        if ctx.option(key) is not None:
-            common += [f"--{key.replace('_', '-')}", str(ctx.option(key))]
-    for flag in ("trust_remote_code", "no_attention_mask", "position_ids_from_mask"):
-        if str(ctx.option(flag, "0")).lower() in ("1", "true", "yes"):
-            common.append(f"--{flag.replace('_', '-')}")
-    for method, extra in (("daedal", []), ("fixed", ["--gen-length", str(ctx.option("fixed_length", "512"))])):
-        argv = [*common, "--out", str(ctx.out_dir / method), "--method", method, *extra]
-        summary = ev.main(argv)
-        if summary is None:
-            raise ExperimentError("paper scale ran on a non-zero rank; run it in one process or use eval.py")
-        results[method] = {k: v for k, v in summary.items() if k != "config"}
+    pc = ctx.cfg.paper
+    if pc.method != "both":
+        raise ExperimentError("the paper-scale claims compare both decoders: keep paper.method=both")
+    pc = replace(pc, model_path=str(ctx.require_path("paper.model_path")))
+    pc = replace(pc, data_path=str(ctx.require_path("paper.data_path")))
+    if pc.device == "auto" and ctx.device != "cpu":  # the runner's --set device=cuda
+        pc = replace(pc, device=ctx.device)
+    summaries = ev.evaluate(pc, ctx.out_dir)
+    if summaries is None:
+        raise ExperimentError("paper scale ran on a non-zero rank; run it in one process or use eval.py")
+    results = {m: {k: v for k, v in s.items() if k != "config"} for m, s in summaries.items()}
     d, f = results["daedal"], results["fixed"]
     measured = {
         "C1": {
@@ -396,7 +308,7 @@ def run_paper(ctx: RunContext) -> RunOutput:
         metrics=results,
         measured=measured,
         notes=[
-            "paper scale compares DAEDAL with ONE fixed length (--set fixed_length=, default 512); "
+            f"paper scale compares DAEDAL with ONE fixed length (--set paper.fixed_length=, here {pc.fixed_length}); "
             "C3 and C4 are measured at small scale only."
         ],
     )
@@ -442,4 +354,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     run=run,
+    config=config_for,
 )

@@ -50,14 +50,16 @@ class DaedalConfig:
     tau_expand: τ_expand, stage 2 may insert masks only while EOS confidence < τ_expand.
     expansion_factor: E_factor; stage 1 grows by E, a stage-2 insertion turns 1 mask into E.
     eos_window: W_eos, number of EOS predictions averaged by :func:`eos_confidence`.
-    eos_anchor: number of fixed EOS tokens appended between the stages. Official code: W_eos // 2
-        (16 for W_eos = 32); paper Algorithm 1: 0.
-    eos_conf_mode: "code" (released code: the last W_eos EOS-argmax positions, scanning backwards,
-        sum / W_eos) or "window_mean" (paper text: mean p(EOS) over the last W_eos positions).
-    block_local: True (code): fill set and expansion candidates come from the current
-        semi-autoregressive block. False (paper Algorithm 1): from all masked positions.
-    parallel_fill: True (code and paper): fill every masked position with c_i > τ_high, at least
-        one. False: exactly one token per step (the LLaDA baseline's budget; a compute-matched
+    eos_anchor: fixed EOS tokens appended between the stages (None = W_eos // 2, official code; 0 = paper).
+        The official code appends 16 for W_eos = 32; paper Algorithm 1 appends none.
+    eos_conf_mode: EOS confidence: "code" (released code) or "window_mean" (paper text).
+        "code": the last W_eos EOS-argmax positions, scanning backwards, sum / W_eos; "window_mean":
+        mean p(EOS) over the last W_eos positions.
+    block_local: fill and expansion candidates from the current block (True, code) or all masks (False, paper).
+        True: fill set and expansion candidates come from the current semi-autoregressive block.
+        False (paper Algorithm 1): from all masked positions.
+    parallel_fill: fill every mask with c_i > τ_high, at least one (True, code and paper); False: one per step.
+        False gives exactly one token per step (the LLaDA baseline's budget; a compute-matched
         variant, not in the paper).
     initial_length_adjustment: run stage 1 (False = the "stage 2 only" ablation).
     mask_insertion: allow stage-2 insertions (False = the "stage 1 only" ablation).
@@ -74,7 +76,7 @@ class DaedalConfig:
     tau_expand: float = 0.9
     expansion_factor: int = 8
     eos_window: int = 32
-    eos_anchor: int = 16
+    eos_anchor: int | None = None
     eos_conf_mode: Literal["code", "window_mean"] = "code"
     block_local: bool = True
     parallel_fill: bool = True
@@ -88,12 +90,17 @@ class DaedalConfig:
             raise ValueError(f"need 1 <= initial_length <= max_length, got {self.initial_length}, {self.max_length}")
         if self.block_length < 1 or self.expansion_factor < 1 or self.eos_window < 1:
             raise ValueError("block_length, expansion_factor and eos_window must be >= 1")
-        if self.eos_anchor < 0:
+        if self.eos_anchor is not None and self.eos_anchor < 0:
             raise ValueError(f"eos_anchor must be >= 0, got {self.eos_anchor}")
         if self.eos_conf_mode not in ("code", "window_mean"):
             raise ValueError(f"eos_conf_mode must be 'code' or 'window_mean', got {self.eos_conf_mode!r}")
         if self.temperature < 0 or self.cfg_scale < 0:
             raise ValueError("temperature and cfg_scale must be >= 0")
+
+    @property
+    def anchor_length(self) -> int:
+        """EOS tokens appended between the stages: ``eos_anchor``, or W_eos // 2 when it is None."""
+        return self.eos_window // 2 if self.eos_anchor is None else self.eos_anchor
 
 
 @dataclass
@@ -463,7 +470,7 @@ def daedal_generate(
         torch.cat(
             [
                 torch.full((int(L1[b]),), mask_id, dtype=torch.long, device=dev),
-                torch.full((cfg.eos_anchor,), eos_id, dtype=torch.long, device=dev),
+                torch.full((cfg.anchor_length,), eos_id, dtype=torch.long, device=dev),
             ]
         )[: cfg.max_length]
         for b in range(B)

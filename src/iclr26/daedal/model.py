@@ -33,14 +33,20 @@ from . import tasks as T
 class TinyMDMConfig:
     """The tiny masked-diffusion LM and its SFT run.
 
-    d_model, n_layers, n_heads, d_ff: transformer shape.
+    d_model: transformer width.
+    n_layers: transformer layers.
+    n_heads: attention heads.
+    d_ff: feed-forward width.
     max_len: learned position table (prompt width + longest canvas).
     train_max_canvas: L_train_max, longest training canvas (answer + EOS padding).
     tasks: the benchmarks mixed uniformly in training.
-    steps, batch_size, lr, warmup_steps: optimisation (AdamW, warm-up then cosine).
+    steps: optimisation steps (AdamW, warm-up then cosine).
+    batch_size: training sequences per step.
+    lr: peak learning rate.
+    warmup_steps: linear warm-up steps before the cosine decay.
     t_min: smallest masking ratio t.
-    stratified_t: draw the batch's t on a stratified grid ((i + u_i) / B, shuffled): still U(t_min, 1) per
-        row, but a batch always spans the whole range (lower-variance gradient for small batches).
+    stratified_t: draw the batch's t on a stratified grid ((i + u_i) / B, shuffled), each row still U(t_min, 1).
+        A batch then always spans the whole range (lower-variance gradient for small batches).
     weight_by_t: the 1/t weight of the LLaDA loss (False = plain masked cross-entropy, a diagnostic).
     """
 
