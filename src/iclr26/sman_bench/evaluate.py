@@ -4,13 +4,24 @@ step reward), noisy / AITZ-Noise (teacher-forced, coordinate-based) and ambiguou
 Agents return an :class:`Action`; anything else (a string, None, a malformed tuple, an exception raised
 by the agent) becomes ``Action("invalid")``: an invalid step that keeps the page, never a crash.
 
-``compat=True`` reproduces the released ``eval.py`` behaviour, bugs included:
+The default scoring is our corrected reading. ``compat=True`` reproduces the released Mobile-Bench-v2
+``eval.py`` (functions ``noise_data_test``, ``multi_path_test``; ``utils.comput_f1``), bugs included:
 
-* the click y-range check reads ``click_area[1][0]`` instead of ``click_area[0][1]``;
-* the scroll GT type is spelled ``'swpie'``, so scrolls are never credited in the noise test;
+* noise test: every screen of the episode is in the denominator, GT ``back`` screens too (they are never
+  credited, so an episode with a ``back`` screen cannot succeed); success = #correct == #screens;
+* bounds checks are strict (``x1 < x < x2``) and the y-range reads ``click_area[1][0]`` (x2) as its lower
+  bound instead of ``click_area[0][1]`` (y1);
+* the scroll GT type is spelled ``'swpie'``, so scrolls are never credited in the noise test; the released
+  swipe direction (smallest angle with ``'up' = (0, 1)``, i.e. dy > 0 is 'up') is :func:`released_direction`;
 * type accuracy is incremented by 0 in the noise test;
-* the multi-path step reward is divided by the number of logged rounds (log-file line count)
-  instead of the gold path length (our reading of the line-count computation).
+* character F1: 1 when "无人应答" is a substring of the GT; bag of characters of ``list(text)``, spaces kept;
+* aggregation is micro: noise action accuracy = sum #correct / sum #screens; multi-path action accuracy
+  (our ``step_reward``) = sum of positional id matches / sum of gold lengths. Compat rows carry the counts
+  (``n_correct``, ``n_steps``, ``n_type_ok``; ``matched``, ``n_gold``); aggregate them with
+  ``mean_metrics(rows, micro=True)``.
+
+The duplicate noise evaluator at the end of the released ``single_path_test`` (which counts type matches by
+substring) reads an undefined ``all_ans_path`` and never runs; compat follows ``noise_data_test``.
 """
 
 from __future__ import annotations
@@ -244,14 +255,9 @@ def multi_path_episode(
         history.append(describe(a, view.elements))
     success = page == task.name
     gold = task.gold
-    if compat:  # released eval.py: matched ids over the log's line count
-        matched = sum(int(p == t) for p, t in zip(page_path_ids(page), gold))
-        sr = 1.0 if success else matched / max(1, rounds)
-    else:
-        sr = step_reward(page, task.name)
-    return {
+    row = {
         "success": float(success),
-        "step_reward": sr,
+        "step_reward": step_reward(page, task.name),
         "n_actions": rounds,
         "errors": errors,
         "asks": asks,
@@ -259,6 +265,10 @@ def multi_path_episode(
         "popups": popups,
         "final_page": page,
     }
+    if compat:  # released multi_path_test: counts for acc = sum_tasks matched / sum_tasks len(gold)
+        row["matched"] = sum(int(p == t) for p, t in zip(page_path_ids(page), page_path_ids(task.name)))
+        row["n_gold"] = len(page_path_ids(task.name))
+    return row
 
 
 def _overlay(corpus: Corpus, task: Task, rng) -> dict:
@@ -284,11 +294,18 @@ def _ad_page(corpus: Corpus) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
-def char_f1(pred: str, gt: str) -> float:
-    """Character-level F1 (bag of characters, spaces ignored); 1.0 when GT is "无人应答"."""
-    if gt == NO_ANSWER:
+def char_f1(pred: str, gt: str, compat: bool = False) -> float:
+    """Character-level F1 over bags of characters: P = |p ∩ g| / |p|, R = |p ∩ g| / |g|, F1 = 2PR / (P + R).
+
+    Default: spaces ignored, 1.0 when GT is exactly "无人应答". compat (released ``comput_f1``): 1.0 when
+    "无人应答" is a substring of the GT, spaces are characters like any other.
+    """
+    pred, gt = str(pred), str(gt)
+    if (NO_ANSWER in gt) if compat else (gt == NO_ANSWER):
         return 1.0
-    p, g = Counter(str(pred).replace(" ", "")), Counter(str(gt).replace(" ", ""))
+    if not compat:
+        pred, gt = pred.replace(" ", ""), gt.replace(" ", "")
+    p, g = Counter(pred), Counter(gt)
     common = sum((p & g).values())
     if common == 0:
         return 0.0
@@ -297,21 +314,50 @@ def char_f1(pred: str, gt: str) -> float:
 
 
 def in_bounds(point, area, compat: bool = False) -> bool:
-    """Is ``point`` inside ``area = [[x1,y1],[x2,y2]]``? compat: the released y-check bug."""
+    """Is ``point`` inside ``area = [[x1,y1],[x2,y2]]``? Default: closed ranges x1 <= x <= x2, y1 <= y <= y2.
+    compat (released): open ranges and the y-bug, x1 < x < x2 and x2 < y < y2."""
     x, y = point
-    if not (area[0][0] <= x <= area[1][0]):
-        return False
     if compat:
-        return area[1][0] <= y <= area[1][1]
-    return area[0][1] <= y <= area[1][1]
+        return area[0][0] < x < area[1][0] and area[1][0] < y < area[1][1]
+    return area[0][0] <= x <= area[1][0] and area[0][1] <= y <= area[1][1]
+
+
+# released calculate_direction: unit vectors in this order, the first smallest angle wins ('up' = +y)
+_RELEASED_DIRECTIONS = (("up", (0, 1)), ("down", (0, -1)), ("left", (-1, 0)), ("right", (1, 0)))
+
+
+def released_direction(start, end) -> str:
+    """The released swipe direction: argmin over up/down/left/right of the angle between (dx, dy) and the
+    unit vector, with 'up' = (0, 1), so dy > 0 (downwards on screen) is 'up'. Smallest angle = largest
+    cosine = largest dot product with the unit vector (|d| is common); ties go to the earlier direction."""
+    dx, dy = end[0] - start[0], end[1] - start[1]
+    if dx == 0 and dy == 0:
+        raise ValueError(f"zero-length swipe {start} -> {end} has no direction")
+    best, best_dot = None, -math.inf
+    for name, (ux, uy) in _RELEASED_DIRECTIONS:
+        if (dot := dx * ux + dy * uy) > best_dot:
+            best, best_dot = name, dot
+    return best
+
+
+def scroll_matches(area, direction: str | None, start, end, compat: bool = False) -> bool:
+    """A predicted scroll (area, direction) against a GT swipe start -> end: both endpoints inside the area
+    and the same direction. compat: released bounds (:func:`in_bounds` compat) and :func:`released_direction`
+    (in the released noise test this comparison is never reached, see ``'swpie'``)."""
+    if direction is None or not (in_bounds(start, area, compat) and in_bounds(end, area, compat)):
+        return False
+    return (released_direction if compat else swipe_direction)(start, end) == direction
 
 
 def score_noisy_step(pred: Action, elements: list[UIElement], gt: dict, compat: bool = False) -> tuple[bool, bool]:
     """(correct, type_correct) of one prediction against a GT action dict
-    ``{"type": click|scroll|type|back, "point" | "start"/"end" | "text"}``."""
+    ``{"type": click|scroll|type|back, "point" | "start"/"end" | "text"}``.
+
+    compat (released ``noise_data_test``): strict bounds with the y-bug; a GT scroll never matches (the GT
+    name is compared with ``'swpie'``); a GT text step is scored by char-F1 > 0.5 for any prediction that is
+    not a click, a scroll or an invalid step (the released code branches on the predicted name only).
+    """
     gtype = gt.get("type")
-    if compat and gtype == "scroll":
-        gtype = "swpie-mismatch"  # the released code compares with 'swpie': scrolls never match
     el = elements[pred.index] if pred.index is not None and 0 <= pred.index < len(elements) else None
     if gtype == "click":
         ok_type = pred.kind == "click"
@@ -319,18 +365,23 @@ def score_noisy_step(pred: Action, elements: list[UIElement], gt: dict, compat: 
         return ok, ok_type
     if gtype == "scroll":
         ok_type = pred.kind == "scroll"
-        if not ok_type or el is None or el.bounds is None or pred.direction is None:
+        if compat or not ok_type or el is None or el.bounds is None:  # compat: 'swpie' != 'swipe'
             return False, ok_type
-        inside = in_bounds(gt["start"], el.bounds) and in_bounds(gt["end"], el.bounds)
-        return inside and swipe_direction(gt["start"], gt["end"]) == pred.direction, ok_type
+        return scroll_matches(el.bounds, pred.direction, gt["start"], gt["end"]), ok_type
     if gtype == "type":
         ok_type = pred.kind == "input"
-        return ok_type and char_f1(pred.text or "", gt.get("text", "")) > 0.5, ok_type
+        text_pred = pred.kind not in ("click", "scroll", "invalid") if compat else ok_type
+        return text_pred and char_f1(pred.text or "", gt.get("text", ""), compat) > 0.5, ok_type
     return False, False
 
 
 def noisy_episode(episode: dict, agent, compat: bool = False) -> dict:
-    """Teacher-forced over ``episode["screens"]``; GT ``back`` steps are skipped."""
+    """Teacher-forced over ``episode["screens"]``; GT ``back`` steps are not scored.
+
+    Default: back screens leave the denominator, n = #non-back screens; success = (#correct == n).
+    compat (released): n = #screens (back screens stay in it), success = (#correct == n), type acc += 0;
+    the row also carries ``n_correct``, ``n_type_ok`` and ``n_steps`` for micro averaging.
+    """
     task = episode["task"]
     _reset(agent, task)
     history, n, correct, type_ok = [], 0, 0, 0
@@ -347,19 +398,54 @@ def noisy_episode(episode: dict, agent, compat: bool = False) -> dict:
         )
         a = safe_act(agent, obs)
         history.append(describe(a, scr["elements"]))
+        n += int(compat)  # released: gt_action_sum += len(pred_path), back screens included
         if gt.get("type") == "back":
             continue
         ok, tok = score_noisy_step(a, scr["elements"], gt, compat)
-        n += 1
+        n += int(not compat)
         correct += int(ok)
         type_ok += 0 if compat else int(tok)
+    if compat:
+        d = max(n, 1)
+        return {
+            "success": float(correct == n),
+            "action_acc": correct / d,
+            "type_acc": type_ok / d,
+            "n_correct": correct,
+            "n_type_ok": type_ok,
+            "n_steps": n,
+        }
     n = max(n, 1)
     return {"success": float(correct == n), "action_acc": correct / n, "type_acc": type_ok / n}
 
 
-def mean_metrics(rows: list[dict]) -> dict:
-    keys = [k for k in rows[0] if isinstance(rows[0][k], int | float)] if rows else []
-    return {k: float(sum(r[k] for r in rows) / len(rows)) for k in keys} if rows else {}
+# micro averages: metric -> (numerator count, denominator count) carried by compat rows
+MICRO_KEYS = {
+    "action_acc": ("n_correct", "n_steps"),
+    "type_acc": ("n_type_ok", "n_steps"),
+    "step_reward": ("matched", "n_gold"),
+}
+
+
+def mean_metrics(rows: list[dict], micro: bool = False) -> dict:
+    """Mean over episodes of every numeric field. ``micro=True`` (released aggregation): each metric of
+    :data:`MICRO_KEYS` present in the rows is sum(numerator) / sum(denominator) over all episodes instead
+    of the mean of per-episode ratios; every row must carry the counts (compat rows do)."""
+    if not rows:
+        return {}
+    keys = [k for k in rows[0] if isinstance(rows[0][k], int | float)]
+    out = {k: float(sum(r[k] for r in rows) / len(rows)) for k in keys}
+    if micro:
+        for k, (num, den) in MICRO_KEYS.items():
+            if k not in out:
+                continue
+            if any(num not in r or den not in r for r in rows):
+                raise ValueError(f"micro averaging of {k!r} needs {num!r} and {den!r} in every row (use compat=True)")
+            total = sum(r[den] for r in rows)
+            if total == 0:
+                raise ValueError(f"micro averaging of {k!r}: the {den!r} counts sum to 0")
+            out[k] = float(sum(r[num] for r in rows) / total)
+    return out
 
 
 def finite(x: float) -> bool:

@@ -87,7 +87,8 @@ def run_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None) -> dict:
             "single_action_acc": sp["action_acc"],
             "single_type_acc": sp["type_acc"],
         }
-    compat = mean_metrics([multi_path_episode(corpus, t, A.LexicalAgent(True), compat=True) for t in tasks])
+    # released multi_path_test aggregation: sum of matched ids / sum of gold lengths over all tasks
+    compat = mean_metrics([multi_path_episode(corpus, t, A.LexicalAgent(True), compat=True) for t in tasks], micro=True)
     out["lexical_shortcut"]["step_reward_compat"] = compat["step_reward"]
     # ---- noisy (C3), AITZ-Noise analogue, compat scorer ----
     noisy = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE)
@@ -108,7 +109,8 @@ def run_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None) -> dict:
                     f"{split}_type_acc": m["type_acc"],
                 }
             )
-        m = mean_metrics([noisy_episode(e, mk(), compat=True) for e in noisy])
+        # released noise_data_test aggregation: sum correct / sum screens over all episodes
+        m = mean_metrics([noisy_episode(e, mk(), compat=True) for e in noisy], micro=True)
         row.update(
             {
                 "noisy_compat_success": m["success"],
