@@ -6,8 +6,8 @@ import pytest
 
 from iclr26.core.config import config_docs, flatten
 from iclr26.core.experiment import ExperimentError, resolve_config
-from iclr26.infgen.config import RunConfig, config_for
-from iclr26.infgen.experiment import EXPERIMENT, build, check_config
+from iclr26.infgen.config import RunConfig, check_config, config_for
+from iclr26.infgen.experiment import EXPERIMENT, build
 
 
 def _nodes(cfg):

@@ -21,6 +21,8 @@ Implemented:
   sampling and eviction; log-replay.
 * :mod:`.metrics` - counts, W1 of speed / acceleration / headway, collisions, off-road.
 * :mod:`.scenarionet` - ScenarioNet scenario reader (paper scale); :mod:`.training` - training with core.train.
+* :mod:`.config` - the run's typed settings (``RunConfig``, ``config_for``); :mod:`.evaluate` - rollout
+  statistics, figures and tables of a run; :mod:`.experiment` / :mod:`.paper` - the TinyTown / ScenarioNet runs.
 
 Not implemented: the official sparse KNN edge-feature attention (a dense bias is used), the 27-D map vector
 features (lanes only), TrafficGen-protocol MMD and WOSAC metrics, the RL (TD3 / MetaDrive) experiment.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from iclr26.core.experiment import ExperimentError
 from iclr26.core.train import TrainConfig
 from iclr26.infgen.generate import RolloutConfig
 from iclr26.infgen.model import InfGenConfig
@@ -115,3 +116,15 @@ def config_for(scale: str) -> RunConfig:
             rollout=replace(base.rollout, max_agents=120),
         )
     return base
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Settings that must agree across the tree (a clear error instead of a shape mismatch later)."""
+    if cfg.model.n_actions != cfg.motion.n_actions:
+        raise ExperimentError(
+            f"model.n_actions={cfg.model.n_actions} must be motion.n_bins**2 = {cfg.motion.n_actions}"
+        )
+    if cfg.train.warmup_steps > cfg.train.steps:
+        raise ExperimentError(f"train.warmup_steps={cfg.train.warmup_steps} > train.steps={cfg.train.steps}")
+    if not 0 <= cfg.eval.eval_from < cfg.eval.horizon:
+        raise ExperimentError(f"need 0 <= eval.eval_from < eval.horizon, got {cfg.eval.eval_from}, {cfg.eval.horizon}")

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
-from iclr26.infgen.config import RunConfig
+from iclr26.infgen.config import RunConfig, check_config
+from iclr26.infgen.evaluate import measure, summarise
 from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats
 from iclr26.infgen.model import InfGenModel
@@ -45,8 +46,6 @@ def _load(ctx: RunContext, cfg: RunConfig) -> list[Scene]:
 
 
 def run_paper(ctx: RunContext) -> RunOutput:
-    from iclr26.infgen.experiment import check_config, measure, summarise
-
     cfg: RunConfig = ctx.cfg
     check_config(cfg)
     scenes = _load(ctx, cfg)
