@@ -129,7 +129,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PaperConfig, Path]:
         if tp is bool:
             ap.add_argument(*flags, dest=key, action=argparse.BooleanOptionalAction, default=SUPPRESS, help=help_text)
         else:
-            ap.add_argument(*flags, dest=key, default=SUPPRESS, help=help_text)
+            ap.add_argument(*flags, dest=key, default=SUPPRESS, metavar=key.rsplit(".", 1)[-1].upper(), help=help_text)
     ns = vars(ap.parse_args(argv))
     out = Path(ns.pop("out"))
     try:
