@@ -13,7 +13,6 @@ MAX_FUNCTION_LINES = 80
 KNOWN_CYCLES = {
     frozenset({"iclr26.mesh.train", "iclr26.mesh.experiment"}),
     frozenset({"iclr26.forgetting.paper", "iclr26.forgetting.experiment"}),
-    frozenset({"iclr26.infgen.paper", "iclr26.infgen.experiment"}),
 }
 # known debts, each to be split into named steps by its paper's next pass (the two report builders are
 # long because of one-cell-per-line table literals, not logic)
@@ -22,10 +21,7 @@ KNOWN_LONG = {
     "iclr26.sman_bench.experiment.run",
     "iclr26.dishonesty.experiment.summarise",
     "iclr26.forgetting.experiment.tables_for",
-    "iclr26.daedal.eval.main",
-    "iclr26.infgen.experiment.summarise",
     "iclr26.infgen.world.simulate",
-    "iclr26.sman_bench.evaluate.multi_path_episode",
     "iclr26.sman_bench.experiment.run_seed",
     "iclr26.sman_bench.generator.generate_app",
     "iclr26.vtool_r1.experiment._summarise",
