@@ -51,7 +51,7 @@ def _metric(logits: Tensor, positions: Tensor, clean_tok: Tensor, cf_tok: Tensor
 def patched_metric(
     model: Transformer, clean: Tensor, patch: Tensor, layer: int, positions: Tensor, clean_tok: Tensor, cf_tok: Tensor
 ) -> Tensor:
-    """M with block ``layer``'s output taken from the patch run (all positions); layer=None: clean run."""
+    """M with block ``layer``'s output taken from the patch run (all positions)."""
     h_patch = model(patch, output_hidden_states=True).hidden_states[layer + 1]
     with model.intervene(_Replace(layer + 1, h_patch)):
         return _metric(model(clean).logits, positions, clean_tok, cf_tok)
