@@ -120,7 +120,7 @@ class RunConfig:
 
 
 def config_for(scale: str) -> RunConfig:
-    """smoke: a 1-layer d=32 model, 150 steps, 60 prompts, 8-step students; small: the defaults (base 1,200 x 64, students 120 x 32)."""
+    """smoke: a 1-layer d=32 model, 150 steps, 60 prompts, 8-step students; small: the defaults."""
     base = RunConfig()
     if scale == "smoke":
         return replace(
