@@ -1,6 +1,7 @@
 """Paper-scale plumbing offline: a tiny random BertForMaskedLM through the adapter and the eval CLI."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -220,3 +221,45 @@ def test_paper_scale_through_run_experiment(tmp_path):
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert res["metrics"]["fixed"]["N_tok"] == 8 and res["metrics"]["daedal"]["n"] == 1
     assert [c["name"] for c in res["claims"]] == ["C1", "C2", "C3", "C4"]
+
+
+def test_eval_config_reaches_the_loader_and_the_self_check(tmp_path, monkeypatch):
+    """trust_remote_code and self_check from the config (flags or --set) are the ones the eval uses."""
+    import iclr26.daedal.eval as ev
+    from iclr26.daedal.config import PaperConfig
+
+    model, tok = tiny_bert(tmp_path)
+    seen = {}
+
+    def fake_load(path, *, device, dtype, trust_remote_code):
+        seen["trust_remote_code"] = trust_remote_code
+        return model, tok
+
+    monkeypatch.setattr(ev, "load_masked_diffusion_lm", fake_load)
+    data = tmp_path / "gsm.jsonl"
+    # prompts of different lengths: the batch is padded; BERT without position ids from the mask
+    # shifts positions with the padding, which the self-check catches
+    data.write_text(
+        json.dumps({"question": "what is 1 + 2 ?", "answer": "#### 3"})
+        + "\n"
+        + json.dumps({"question": "solve the math problem : what is 1 + 2 + 3 + 4 ?", "answer": "#### 10"})
+        + "\n"
+    )
+    small = DaedalConfig(initial_length=4, max_length=8, block_length=4, expansion_factor=4, eos_window=4)
+    cfg = PaperConfig(
+        model_path="m",
+        data_path=str(data),
+        method="daedal",
+        daedal=small,
+        mask_id=tok.mask_token_id,
+        eos_id=tok.sep_token_id,
+        batch_size=2,
+        device="cpu",
+        dtype="float32",
+        trust_remote_code=True,
+    )
+    with pytest.raises(ValueError, match="padded row"):
+        ev.evaluate(cfg, tmp_path / "a")
+    assert seen["trust_remote_code"] is True
+    out = ev.evaluate(replace(cfg, self_check=False, trust_remote_code=False), tmp_path / "b")
+    assert out["daedal"]["n"] == 2 and seen["trust_remote_code"] is False
