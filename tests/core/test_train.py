@@ -143,3 +143,14 @@ def test_grad_accumulation_equals_one_big_batch():
         assert torch.allclose(x, y, atol=1e-6)
     with pytest.raises(ValueError, match="grad_accum"):
         TrainConfig(grad_accum=0)
+
+
+def test_rank_device_binds_cuda_to_the_local_rank(monkeypatch):
+    from iclr26.core.train import rank_device
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert rank_device("cuda") == "cuda:3" and rank_device("cuda:0") == "cuda:3"
+    assert rank_device("cpu") == "cpu"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rank_device("cuda") == "cuda"

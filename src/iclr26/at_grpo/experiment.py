@@ -19,7 +19,6 @@ sa_grpo + 20; C3 at_grpo - swapped >= 50; C4 chain-MDP gradient cosine, AT > tra
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -35,7 +34,9 @@ from iclr26.at_grpo.policy import HFPolicy, TinyPolicy
 from iclr26.at_grpo.rollout import Workflow, evaluate
 from iclr26.core.config import config_to_dict
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
+from iclr26.core.parallel import torch_threads
 from iclr26.core.report import markdown_table, plot_bars, plot_curves
+from iclr26.core.train import rank_device, setup_distributed
 
 ARM_LABEL = {
     "sa_grpo": "Single agent + GRPO",
@@ -196,17 +197,9 @@ def _global_sum(value: float, count: int) -> float:
 
 def dist_setup(device: str) -> tuple[int, int, str]:
     """(rank, world, device) under torchrun: one process group (NCCL on CUDA, gloo on CPU) and one device per
-    rank (``cuda:LOCAL_RANK``); (0, 1, device) otherwise."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, device
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if device.startswith("cuda"):
-        torch.cuda.set_device(local)
-        device = f"cuda:{local}"
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
+    rank (``cuda:LOCAL_RANK``, bound before the group exists); (0, 1, device) otherwise."""
+    rank, world = setup_distributed(device)
+    return rank, world, rank_device(device)
 
 
 def run(ctx: RunContext) -> RunOutput:
@@ -217,14 +210,10 @@ def run(ctx: RunContext) -> RunOutput:
     device = ctx.device
     if ctx.scale == "paper":
         ctx.require_path("llm.model_path")
-    prev_threads = torch.get_num_threads()
     # tiny policies: one thread is faster (no intra-op sync on batches of ~100 rows)
-    torch.set_num_threads(1 if ctx.scale != "paper" else max(1, prev_threads))
-    try:
+    with torch_threads(1 if ctx.scale != "paper" else None):
         rank, world, device = dist_setup(device) if ctx.scale == "paper" else (0, 1, device)
         return _run(ctx, cfg, policy_factory(cfg, ctx.scale, device), rank, world)
-    finally:
-        torch.set_num_threads(prev_threads)
 
 
 def _measured(summary: dict[str, dict], chain: dict[int, dict]) -> dict[str, Any]:

@@ -109,17 +109,32 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
 # --------------------------------------------------------------------------------------------------
 
 
-def setup_distributed() -> tuple[int, int]:
-    """Initialise torch.distributed when started by torchrun (WORLD_SIZE > 1). Returns (rank, world)."""
+def setup_distributed(device: str | torch.device | None = None) -> tuple[int, int]:
+    """Initialise torch.distributed when started by torchrun (WORLD_SIZE > 1). Returns (rank, world).
+
+    NCCL when CUDA is available and ``device`` is CUDA (or not given), gloo otherwise. On CUDA each rank is
+    bound to ``cuda:LOCAL_RANK`` *before* the process group exists, so no collective runs on the wrong GPU;
+    put the model on :func:`rank_device` ``(device)``.
+    """
     import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
+        cuda = torch.cuda.is_available() and (device is None or str(device).startswith("cuda"))
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def rank_device(device: str | torch.device) -> str:
+    """This rank's device: ``cuda:LOCAL_RANK`` for a CUDA ``device`` under torchrun, ``device`` otherwise."""
+    device = str(device)
+    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
 
 
 def _mean_across_ranks(value: torch.Tensor, world: int) -> float:

@@ -160,12 +160,12 @@ def evaluate(cfg: PaperConfig, out_dir: str | Path) -> dict[str, dict[str, Any]]
 
     Returns {method: summary} on rank 0 and None on the other ranks (sharded under torchrun).
     """
-    from iclr26.core.train import setup_distributed
+    from iclr26.core.train import rank_device, setup_distributed
 
-    rank, world = setup_distributed()
     device = resolve_device(cfg.device)
-    if device.startswith("cuda") and world > 1:
-        device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
+    # each rank bound to cuda:LOCAL_RANK before the process group (and any collective) exists
+    rank, world = setup_distributed(device)
+    device = rank_device(device)
     data = read_jsonl(cfg.data_path)
     if cfg.limit:
         data = data[: cfg.limit]
