@@ -1,4 +1,4 @@
-"""Flow Expander: reward gradients, reductions, anchors, projection (spec section 8, tests 5, 7-9)."""
+"""Flow Expander: reward gradients, reductions, anchors, projection."""
 
 import copy
 

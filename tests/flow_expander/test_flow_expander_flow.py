@@ -1,4 +1,4 @@
-"""Schedule algebra, conversions, samplers and flow matching (spec section 8, tests 1-2)."""
+"""Schedule algebra, conversions, samplers and flow matching."""
 
 import math
 

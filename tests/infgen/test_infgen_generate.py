@@ -1,4 +1,4 @@
-"""Generation: reductions, forcing, insertion modes, reject sampling, eviction (spec section 8, tests 6-8)."""
+"""Generation: reductions, forcing, insertion modes, reject sampling, eviction."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Group-causal mask, perturbation, teacher-forced = incremental, loss (spec section 8, tests 4, 5, 9)."""
+"""Group-causal mask, perturbation, teacher-forced = incremental, loss."""
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ def tiny_model(**kw):
 
 
 def rule(q, k, has_as):
-    """The attention rule table of spec section 3.3, written independently, for one (query, key) pair."""
+    """The group-causal attention rules, written independently, for one (query, key) pair."""
     if k["t"] <= q["t"] - WINDOW:
         return False
     agent_as = (SOA, TYPE, MS, RS)

@@ -1,4 +1,4 @@
-"""Motion tokenizer, RS buckets and MS selection (spec section 8, tests 1-3)."""
+"""Motion tokenizer, RS buckets and MS selection."""
 
 import math
 
@@ -58,7 +58,7 @@ def test_round_trip_ace_bound_and_no_growth(town_windows):
         for t in range(w.T):
             errs_by_t.setdefault(t, []).extend(e[t][w.valid[t]].tolist())
     all_err = np.concatenate([np.asarray(v) for v in errs_by_t.values()])
-    # spec: ACE < 0.25 m per step. Measured: 99.5 % of steps < 0.15 m; the worst step (0.253 m, a vehicle
+    # target: ACE < 0.25 m per step. Measured: 99.5 % of steps < 0.15 m; the worst step (0.253 m, a vehicle
     # creeping to a stop with a lateral offset the bicycle model cannot remove) is just above.
     assert np.percentile(all_err, 99.5) < 0.15
     assert all_err.max() < 0.3

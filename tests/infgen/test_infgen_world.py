@@ -1,4 +1,4 @@
-"""TinyTown (spec section 8, test 11) and the metrics."""
+"""TinyTown and the metrics."""
 
 import numpy as np
 import pytest

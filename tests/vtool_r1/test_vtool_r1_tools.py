@@ -1,4 +1,4 @@
-"""Pixel-exact tool effects (spec section 8.1), parser cases (8.2), reward (8.7)."""
+"""Pixel-exact tool effects, parser cases, reward."""
 
 import numpy as np
 import pytest

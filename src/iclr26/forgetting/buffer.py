@@ -55,7 +55,7 @@ class ReplayBuffer:
 
 
 class BalancedReplayBuffer(ReplayBuffer):
-    """Class-balanced buffer rebuilt at task ends (official ``er_balanced``, spec section 3.2).
+    """Class-balanced buffer rebuilt at task ends (official ``er_balanced``).
 
     capacity: M, the number of stored samples.
     total_classes: number of classes of the whole sequence (for the ``M == N_CLASSES`` special case

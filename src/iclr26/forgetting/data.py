@@ -7,8 +7,8 @@ network both index by). Every tensor lives in memory; buffers store *indices* in
 Sources:
 
 * :func:`split_digits`: scikit-learn's bundled ``load_digits`` (1,797 8x8 images), standardised,
-  stratified 70/30 split, 5 tasks x 2 classes, class order permuted by the seed (spec section 6).
-* :func:`orthogonal_subspace_tasks`: the synthetic stress test of spec section 6: 10 classes in
+  stratified 70/30 split, 5 tasks x 2 classes, class order permuted by the seed.
+* :func:`orthogonal_subspace_tasks`: a synthetic stress test: 10 classes in
   R^100, each task's class means in its own random 4-d subspace (norm 4 sigma), isotropic noise
   sigma = 1 plus a shared high-variance nuisance subspace, 300 samples per class.
 * :func:`load_npz_tasks`: user features/labels from local ``.npz`` files (paper scale).

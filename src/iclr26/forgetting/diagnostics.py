@@ -1,5 +1,5 @@
 """End-of-training diagnostics of one continual run: buffer vs population statistics, Neural
-Collapse metrics, the LDA counterfactual table and the buffer-only probe (spec section 6).
+Collapse metrics, the LDA counterfactual table and the buffer-only probe.
 
 "Old classes" are those of tasks 0..T-2. The *buffer view* is what the head saw during the last
 task: the replay buffer for the old classes plus the full training set of the last task.

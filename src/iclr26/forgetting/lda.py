@@ -1,4 +1,4 @@
-"""The LDA counterfactual (spec section 3.6, paper Fig. 6).
+"""The LDA counterfactual (paper Fig. 6).
 
 A Gaussian classifier with shared covariance on the network's features,
 

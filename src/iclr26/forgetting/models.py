@@ -1,7 +1,7 @@
 """Networks: a feature extractor phi(x) and a linear head h(z) = W z + b.
 
 * :class:`MLPFeatures`: 64 -> 256 -> 256 -> d_feat with a ReLU after every layer; the feature is
-  the last ReLU output (spec section 6, CPU scale).
+  the last ReLU output (CPU scale).
 * :class:`ResNet18Features`: the CIFAR-style ResNet-18 of the paper (3x3 stem, no max-pool, four
   stages of two BasicBlocks, widths nf*(1, 2, 4, 8), global average pooling; Mammoth uses nf=64).
 * :class:`ContinualNet`: features + one linear layer over all classes. In class-incremental

@@ -1,4 +1,4 @@
-"""Neural Collapse (NC) and buffer-vs-population geometry (spec sections 3.3, 3.6).
+"""Neural Collapse (NC) and buffer-vs-population geometry.
 
 For features z (n, d), labels y and a set of classes:
 

@@ -1,6 +1,6 @@
 """Continual training with Experience Replay (ER) and evaluation after every task.
 
-Protocol (official ``er_balanced``, spec section 3.2), with ``overall = batch_size + minibatch_size``:
+Protocol (official ``er_balanced``), with ``overall = batch_size + minibatch_size``:
 
 * task 0 (buffer empty): plain SGD on stream batches of ``batch_size``;
 * task t >= 1 (buffer non-empty, balanced policy): each step uses ``overall // (t+1)`` stream samples
@@ -48,7 +48,7 @@ class ERConfig:
     setting: "cil" (single head over all classes) or "til" (one head per task).
     buffer_size: M, number of stored samples (0 = fine-tuning, no replay).
     buffer_policy: "balanced" (official er_balanced, paper) or "reservoir" (classic ER).
-    epochs: epochs per task (official CIFAR-100: 50; spec CPU scale: 100).
+    epochs: epochs per task (official CIFAR-100: 50; CPU scale here: 100).
     batch_size: stream batch size of task 0 (official: 32).
     minibatch_size: replay minibatch size; ``batch_size + minibatch_size`` is the overall batch.
     lr: SGD learning rate (official ER: 0.1).

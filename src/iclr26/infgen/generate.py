@@ -1,4 +1,4 @@
-"""Autoregressive scene generation with state-forcing, agent insertion and eviction (spec sections 3.5, 3.7).
+"""Autoregressive scene generation with state-forcing, agent insertion and eviction.
 
 Per step t (dt = 0.5 s):
 

@@ -1,6 +1,6 @@
 """The InfGen / SceneStreamer model: a map encoder and one decoder over the scene token stream.
 
-Decoder layer (pre-LN, spec section 3.4)::
+Decoder layer (pre-LN)::
 
     h1 = x  + CrossAttn(LN(x),  MAP)            every token sees every <MAP> token
     h2 = h1 + SelfAttn(LN(h1))                   group-causal mask, see group_mask()
@@ -62,7 +62,7 @@ class InfGenConfig:
         See the README.
     rel_hidden: hidden width of the relative-pose bias MLP (0: a linear map of the features).
     rel_bias: use the relative-pose attention bias.
-    abs_pose: also add an absolute pose embedding to every posed token (the spec's fallback).
+    abs_pose: also add an absolute pose embedding to every posed token (our addition, on by default).
     official_residual: the official residual quirk (see module docstring); default False (standard pre-LN).
     """
 
@@ -115,7 +115,7 @@ class InfGenConfig:
 
 
 # --------------------------------------------------------------------------------------------------
-# The group-causal mask (spec section 3.3)
+# The group-causal mask
 # --------------------------------------------------------------------------------------------------
 
 

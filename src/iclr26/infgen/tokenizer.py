@@ -1,4 +1,4 @@
-"""Tokens of the scene stream (spec section 3.2): <TL>, <AS> blocks and <MO>.
+"""Tokens of the scene stream: <TL>, <AS> blocks and <MO>.
 
 Motion tokens (official ``BicycleModelTokenizerFixed0124`` design): an action mu = (a, omega) on an
 ``n x n`` grid, a in [-10, 10] m/s^2, omega in [-pi/2, pi/2] rad/s (33 x 33 = 1089 classes; the centre bin

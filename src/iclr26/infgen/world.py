@@ -1,4 +1,4 @@
-"""TinyTown: the in-package traffic world used instead of the Waymo Open Motion Dataset (spec section 6).
+"""TinyTown: the in-package traffic world used instead of the Waymo Open Motion Dataset.
 
 One signalised four-way intersection. Every arm has one incoming and one outgoing lane (right-hand
 traffic, lane width 3.5 m); twelve connectors (straight / left / right from every approach) cross the

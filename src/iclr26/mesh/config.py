@@ -78,7 +78,10 @@ class RunConfig:
     eval_every: steps between validation evals.
     diag_samples: validation sequences used for the loop diagnostics.
     bench_steps: training steps timed per arm for the mesh/base step-time ratio (0 = skip).
-    threads: torch threads (one is fastest for these tiny models on a shared 2-core machine).
+    threads: torch threads per worker (one is fastest for these tiny models on a shared 2-core machine).
+    workers: processes that train the (seed, arm) jobs in parallel (1 = in this process).
+    gate_nats: competence gate: mean vanilla loss must be below mean base loss by at least this much,
+        else there is no recursion gap for mesh to close and C1-C3 are untestable at this budget.
     paper: paper scale (local files).
     """
 
@@ -98,6 +101,8 @@ class RunConfig:
     diag_samples: int = 16
     bench_steps: int = 10
     threads: int = 1
+    workers: int = 2
+    gate_nats: float = 0.02
     paper: PaperConfig = PaperConfig()
 
 
@@ -122,5 +127,6 @@ def config_for(scale: str) -> RunConfig:
             eval_every=15,
             diag_samples=4,
             bench_steps=3,
+            workers=1,
         )
     return base
