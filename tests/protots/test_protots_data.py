@@ -114,6 +114,28 @@ def test_seasonal_naive_and_ridge():
     assert tide(yh[:4], w.x_dis[:4], xc[:4]).shape == (4, H)
 
 
+def test_tide_lite_forecast_uses_future_covariates_and_encoder():
+    """The temporal decoder's width-1 output must not pass through LayerNorm (that maps it to a constant,
+    so the forecast would be a linear function of the history alone, blind to every covariate)."""
+    torch.manual_seed(0)
+    L, H = 8, 4
+    tide = TiDELite([3, 5], 2, L, H, hidden=16).eval()
+    g = torch.Generator().manual_seed(1)
+    yh = torch.randn(6, L, generator=g)
+    xd = torch.randint(0, 3, (6, L + H, 2), generator=g)
+    xc = torch.randn(6, L + H, 2, generator=g)
+    base = tide(yh, xd, xc)
+    xc2 = xc.clone()
+    xc2[:, L + 1, 0] += 2.0  # one future continuous value
+    xd2 = xd.clone()
+    xd2[:, L + 2, 1] = 4  # one future discrete value
+    assert (tide(yh, xd, xc2) - base).abs().max() > 1e-4
+    assert (tide(yh, xd2, xc) - base).abs().max() > 1e-4
+    tide.train()
+    tide(yh, xd, xc).sum().backward()
+    assert tide.encoder[0].net[0].weight.grad.abs().sum() > 0
+
+
 def _epf_frame(n=24 * 40, seed=0):
     """A tiny frame in the EPF layout used by TimeXer (date, exogenous forecasts, target OT)."""
     rng = np.random.default_rng(seed)

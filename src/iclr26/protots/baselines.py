@@ -91,13 +91,19 @@ class HGBDirect:
 
 
 class ResBlock(nn.Module):
-    """TiDE's residual block: LayerNorm(Linear(ReLU(Linear(x))) + Linear_skip(x))."""
+    """TiDE's residual block: [LayerNorm](Linear(ReLU(Linear(x))) + Linear_skip(x)).
 
-    def __init__(self, d_in: int, d_hidden: int, d_out: int, dropout: float = 0.1):
+    LayerNorm is optional as in TiDE; it must be off for a width-1 output (the temporal decoder), where
+    it would map every input to its bias and cut the covariates off the forecast.
+    """
+
+    def __init__(self, d_in: int, d_hidden: int, d_out: int, dropout: float = 0.1, layer_norm: bool = True):
         super().__init__()
+        if layer_norm and d_out < 2:
+            raise ValueError("LayerNorm over a width-1 output is a constant; use layer_norm=False")
         self.net = nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out), nn.Dropout(dropout))
         self.skip = nn.Linear(d_in, d_out)
-        self.norm = nn.LayerNorm(d_out)
+        self.norm = nn.LayerNorm(d_out) if layer_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(self.net(x) + self.skip(x))
@@ -125,7 +131,7 @@ class TiDELite(nn.Module):
         self.proj = ResBlock(max(cov, 1), 32, proj)
         self.encoder = nn.Sequential(ResBlock(L + (L + H) * proj, hidden, hidden), ResBlock(hidden, hidden, hidden))
         self.decoder = ResBlock(hidden, hidden, H * dec)
-        self.temporal = ResBlock(dec + proj, 32, 1)
+        self.temporal = ResBlock(dec + proj, 32, 1, layer_norm=False)  # per-step output, width 1
         self.skip = nn.Linear(L, H)
 
     def forward(self, y_hist: torch.Tensor, x_dis: torch.Tensor, x_con: torch.Tensor) -> torch.Tensor:
