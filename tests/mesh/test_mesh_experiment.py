@@ -123,3 +123,31 @@ def test_small_scale(tmp_path):
     assert res["seeds"] == [0, 1, 2]
     assert "gap_share_closed_by_mesh" in res["metrics"]
     assert res["metrics"]["settings"]["tokens_per_arm"] == 200 * 16 * 64
+
+
+def test_competence_gate_rule():
+    from iclr26.mesh.experiment import competence_gate
+
+    g = competence_gate(vanilla=2.40, base=2.43, min_gap=0.02)
+    assert g["passed"] and g["gap"] == pytest.approx(0.03)
+    assert not competence_gate(vanilla=2.42, base=2.43, min_gap=0.02)["passed"]  # gap 0.01 < 0.02
+    assert not competence_gate(vanilla=2.45, base=2.43, min_gap=0.02)["passed"]  # vanilla worse than base
+    assert competence_gate(vanilla=2.41, base=2.43, min_gap=0.02)["passed"]  # gap exactly 0.02 passes
+
+
+def test_smoke_records_the_gate_and_workers_do_not_change_numbers(tmp_path):
+    opts = {"steps": "4", "eval_every": "2", "bench_steps": "0", "arms": "vanilla,base,anchor,mesh"}
+    one = run_experiment(EXPERIMENT, "smoke", seeds=(0,), out_root=tmp_path / "a", show_progress=False, options=opts)
+    two = run_experiment(
+        EXPERIMENT,
+        "smoke",
+        seeds=(0,),
+        out_root=tmp_path / "b",
+        show_progress=False,
+        options={**opts, "workers": "2"},
+    )
+    r1, r2 = _check_results(one.out_dir), _check_results(two.out_dir)
+    g = r1["metrics"]["competence_gate"]
+    v, b = r1["metrics"]["val_loss_per_seed"]["vanilla"][0], r1["metrics"]["val_loss_per_seed"]["base"][0]
+    assert g["gap"] == pytest.approx(b - v) and g["passed"] == (b - v >= 0.02)
+    assert r1["metrics"]["val_loss_per_seed"] == r2["metrics"]["val_loss_per_seed"]

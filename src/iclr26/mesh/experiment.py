@@ -11,12 +11,17 @@ Claims (fixed before any run, evaluated on the seed means of the seeds given):
 * C3: mean consecutive-loop CKA(h^(t), h^(t+1)) lower for mesh than base, and the per-loop update
   magnitude more balanced for mesh (max/min ratio over loops closer to 1, i.e. smaller).
 
+Competence gate (``metrics.competence_gate``): mean vanilla loss at least ``gate_nats`` (0.02) below mean base
+loss. Without that recursion gap there is nothing for mesh to close, and C1-C3 are reported as untestable at
+the budget, not as findings about the paper.
+
 Also reported: the share of the base-to-vanilla gap that mesh closes, ``(base - mesh) / (base - vanilla)``,
 and the training-step time ratio mesh / base.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -24,7 +29,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
-from iclr26.core.parallel import torch_threads
+from iclr26.core.parallel import seed_map, torch_threads
 from iclr26.core.report import markdown_table, plot_curves, save_fig
 from iclr26.core.train import TrainConfig, fit
 from iclr26.mesh.benchmark import step_time_ratio
@@ -173,12 +178,30 @@ def run(ctx: RunContext) -> RunOutput:
         return _run(ctx, s)
 
 
+@functools.lru_cache(maxsize=2)
+def _corpus(corpus_bytes: int) -> ByteCorpus:
+    return ByteCorpus.from_stdlib(corpus_bytes)
+
+
+def _train_job(job: tuple[RunConfig, str, int, str]) -> dict[str, Any]:
+    """One (settings, arm, seed, device) job; module level so a spawn worker can run it."""
+    s, arm, seed, device = job
+    return train_arm(s, arm, seed, _corpus(s.corpus_bytes), device)[1]
+
+
 def _run(ctx: RunContext, s: RunConfig) -> RunOutput:
-    corpus = ByteCorpus.from_stdlib(s.corpus_bytes)
     per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in s.arms}
-    jobs = [(seed, arm) for seed in ctx.seeds for arm in s.arms]
-    for seed, arm in ctx.progress(jobs, desc="mesh arms x seeds"):
-        _, out = train_arm(s, arm, seed, corpus, ctx.device)
+    jobs = [(s, arm, seed, ctx.device) for seed in ctx.seeds for arm in s.arms]
+    # results come back in job order whatever the worker count: same seeds, same numbers
+    outs = seed_map(
+        _train_job,
+        jobs,
+        workers=s.workers,
+        threads_per_worker=s.threads,
+        progress=ctx.progress,
+        desc="mesh arms x seeds",
+    )
+    for (_, arm, _, _), out in zip(jobs, outs):
         per_arm[arm].append(out)
     bench = None
     if s.bench_steps:
@@ -198,6 +221,7 @@ def _run(ctx: RunContext, s: RunConfig) -> RunOutput:
         settings,
         {a: model_config(s, a).layout for a in s.arms},
         title=f"byte-level stdlib LM, {s.recursive_layout} vs {s.vanilla_layers} layers",
+        gate_nats=s.gate_nats,
     )
     output.metrics["step_time_ratio_mesh_over_base"] = bench
     output.notes.insert(
@@ -217,11 +241,13 @@ def summarize(
     settings: dict[str, Any],
     layouts: dict[str, str],
     title: str = "",
+    gate_nats: float = 0.02,
 ) -> RunOutput:
     """Metrics, claim measurements, table and figures from the per-arm, per-seed run results.
 
     Each run result has ``val_loss``, ``val_curve`` [(step, loss)], and for recursive arms ``diagnostics``
-    (:func:`loop_diagnostics`). Shared by the small and paper scales.
+    (:func:`loop_diagnostics`). Shared by the small and paper scales. ``gate_nats``: the competence gate's
+    minimum vanilla-over-base margin.
     """
     loss = {a: [r["val_loss"] for r in per_arm[a]] for a in arms}
     mean = {a: float(np.mean(v)) for a, v in loss.items()}
@@ -236,9 +262,11 @@ def summarize(
     # Share of the base-to-vanilla gap closed by mesh; undefined (NaN) when vanilla is not better than base.
     gap = mean["base"] - mean["vanilla"]
     gap_share = (mean["base"] - mean["mesh"]) / gap if gap > 1e-12 else float("nan")
+    gate = competence_gate(mean["vanilla"], mean["base"], gate_nats)
     _plots(ctx, per_arm, title)
     params = {a: per_arm[a][0].get("params_non_embedding") for a in arms}
     metrics: dict[str, Any] = {
+        "competence_gate": gate,
         "settings": settings,
         "val_loss_per_seed": loss,
         "val_loss": {a: mean_std(v) for a, v in loss.items()},
@@ -286,7 +314,25 @@ def summarize(
         f"share of the base-to-vanilla gap closed by mesh, (base - mesh) / (base - vanilla): {gap_share:.3f}"
         + (" (undefined: vanilla is not better than base)" if gap <= 1e-12 else "")
     ]
+    notes.append(
+        f"competence gate {'PASSED' if gate['passed'] else 'FAILED'}: base - vanilla = {gate['gap']:.4f} nats "
+        f"(needs >= {gate_nats})"
+        + ("" if gate["passed"] else "; C1-C3 are untestable at this budget (no recursion gap for mesh to close)")
+    )
     return RunOutput(metrics=metrics, measured=measured, tables={"Validation loss and diagnostics": table}, notes=notes)
+
+
+def competence_gate(vanilla: float, base: float, min_gap: float) -> dict[str, Any]:
+    """The gate: mean vanilla loss below mean base loss by at least ``min_gap`` nats (a recursion gap exists)."""
+    gap = base - vanilla
+    return {
+        "rule": f"mean(base) - mean(vanilla) >= {min_gap} nats",
+        "vanilla": vanilla,
+        "base": base,
+        "gap": gap,
+        "min_gap": min_gap,
+        "passed": bool(gap >= min_gap),
+    }
 
 
 EXPERIMENT = Experiment(
