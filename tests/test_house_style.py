@@ -12,7 +12,6 @@ MAX_FUNCTION_LINES = 80
 
 KNOWN_CYCLES = {
     frozenset({"iclr26.mesh.train", "iclr26.mesh.experiment"}),
-    frozenset({"iclr26.forgetting.paper", "iclr26.forgetting.experiment"}),
 }
 # known debts, each to be split into named steps by its paper's next pass (the two report builders are
 # long because of one-cell-per-line table literals, not logic)
@@ -20,7 +19,7 @@ KNOWN_LONG = {
     "iclr26.infgen.generate.rollout",
     "iclr26.sman_bench.experiment.run",
     "iclr26.dishonesty.experiment.summarise",
-    "iclr26.forgetting.experiment.tables_for",
+    "iclr26.forgetting.study.tables_for",
     "iclr26.infgen.world.simulate",
     "iclr26.sman_bench.experiment.run_seed",
     "iclr26.sman_bench.generator.generate_app",

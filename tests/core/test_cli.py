@@ -222,3 +222,25 @@ def test_python_entry_point(tmp_path, monkeypatch):
     assert rec.results["seeds"] == [1] and abs(rec.results["metrics"]["slope"]["mean"] - 1.5) < 0.3
     with pytest.raises(ConfigError, match="train.lr"):
         iclr26.run("toy", scale="smoke", out=str(tmp_path), train__lrr=0.1)
+
+
+def test_distributed_main_runs_one_process_and_rejects_bad_keys(tmp_path, monkeypatch, capsys):
+    from iclr26.core.config import ConfigError
+    from iclr26.core.experiment import ExperimentError, distributed_main, load_experiment
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import toy_experiment  # noqa: F401  (registers "toy")
+
+    assert load_experiment("toy").slug == "toy"
+    with pytest.raises(ExperimentError, match="no experiment named"):
+        load_experiment("no_such_paper")
+    argv = ["--set", "slope=2.0", "--seeds", "3", "--out", str(tmp_path)]
+    assert distributed_main("toy", argv, scale="smoke") == 0
+    (run_dir,) = (tmp_path / "toy").iterdir()
+    assert capsys.readouterr().out.strip().endswith(run_dir.name)
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["seeds"] == [3] and abs(res["metrics"]["slope"]["mean"] - 2.0) < 0.3
+    with pytest.raises(ConfigError, match="slope"):
+        distributed_main("toy", ["--set", "slopee=2.0", "--out", str(tmp_path)], scale="smoke")
+    with pytest.raises(SystemExit):
+        distributed_main("toy", ["--seeds", "a,b"], scale="smoke")

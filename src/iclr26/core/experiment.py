@@ -572,3 +572,68 @@ def run_experiment(
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     report.write_run_report(out_dir, results, output)
     return RunRecord(out_dir=out_dir, results=results, claims=claims)
+
+
+def load_experiment(slug: str) -> Experiment:
+    """The experiment of one paper, importing only that paper (``iclr26.<slug>.experiment.EXPERIMENT``).
+
+    This is the registry's lookup by name, for entry points that live inside a paper's package (a
+    ``paper.py`` run under torchrun) and must not import their own ``experiment`` module back.
+    """
+    if slug in _EXTRA:
+        return _EXTRA[slug]
+    try:
+        module = importlib.import_module(f"iclr26.{slug}.experiment")
+    except ModuleNotFoundError as exc:
+        if exc.name in (f"iclr26.{slug}", f"iclr26.{slug}.experiment"):
+            raise ExperimentError(f"no experiment named {slug!r}") from None
+        raise
+    exp = getattr(module, "EXPERIMENT", None)
+    if not isinstance(exp, Experiment):
+        raise ExperimentError(f"iclr26.{slug}.experiment must define EXPERIMENT = Experiment(...)")
+    return exp
+
+
+def distributed_main(slug: str, argv: Sequence[str] | None = None, scale: str = "paper") -> int:
+    """``python -m iclr26.<slug>.paper --set key=value ... [--seeds 0,1] [--out runs]``, also under torchrun.
+
+    Every rank resolves the config first, so a bad ``--set`` key fails on every rank before any training.
+    Rank 0 runs through :func:`run_experiment` and writes the run folder; the other ranks run the same
+    experiment in a throw-away folder (their share of the work, no files kept). The process group is set
+    up by :func:`iclr26.core.train.setup_distributed` and torn down at the end.
+    """
+    import argparse
+    import tempfile
+
+    import torch.distributed as dist
+
+    from iclr26.core.train import setup_distributed
+
+    exp = load_experiment(slug)
+    p = argparse.ArgumentParser(prog=f"python -m iclr26.{slug}.paper", description=f"{slug} at {scale} scale")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--out", default="runs")
+    args = p.parse_args(argv)
+    bad = [kv for kv in args.sets if "=" not in kv]
+    if bad:
+        p.error(f"--set expects KEY=VALUE, got {bad[0]!r}")
+    options = dict(kv.split("=", 1) for kv in args.sets)
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(","))
+    except ValueError:
+        p.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
+    cfg = resolve_config(exp, scale, options)
+    device = options.get("device", "cpu")
+    rank, _ = setup_distributed(device)
+    try:
+        if rank == 0:
+            rec = run_experiment(exp, scale, seeds, out_root=args.out, options=options, show_progress=True)
+            print(rec.out_dir)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                exp.run(RunContext(scale, seeds, Path(tmp), options, device, False, cfg=cfg))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0

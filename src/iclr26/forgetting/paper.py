@@ -32,11 +32,12 @@ import numpy as np
 import torch
 
 from iclr26.core.config import config_to_dict
-from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.experiment import ExperimentError, RunContext, RunOutput, distributed_main
 
 from .config import RunConfig
 from .data import ContinualData, find_cifar, load_cifar, load_image_folder, load_npz_tasks
 from .models import MLPFeatures, ResNet18Features
+from .study import aggregate, measure_claims, one_run, plot_forgetting, tables_for
 
 
 def random_crop_flip(x: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
@@ -86,8 +87,6 @@ def _device(ctx: RunContext) -> str:
 
 
 def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
-    from .experiment import aggregate, measure_claims, one_run, plot_forgetting, tables_for
-
     path = ctx.require_path("data.path")
     device = _device(ctx)
     results, data_name = {}, None
@@ -143,39 +142,8 @@ def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m iclr26.forgetting.paper --set key=value ...`` (also under torchrun)."""
-    import argparse
-    import tempfile
-
-    import torch.distributed as dist
-
-    from iclr26.core.experiment import resolve_config, run_experiment
-    from iclr26.core.train import setup_distributed
-
-    from .experiment import EXPERIMENT
-
-    p = argparse.ArgumentParser(description="forgetting at paper scale (torchrun-able)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--out", default="runs")
-    args = p.parse_args(argv)
-    bad = [kv for kv in args.sets if "=" not in kv]
-    if bad:
-        p.error(f"--set expects KEY=VALUE, got {bad[0]!r}")
-    options = dict(kv.split("=", 1) for kv in args.sets)
-    seeds = tuple(int(s) for s in args.seeds.split(","))
-    cfg = resolve_config(EXPERIMENT, "paper", options)  # a bad key fails here, on every rank, before training
-    rank, _ = setup_distributed()
-    if rank == 0:
-        rec = run_experiment(EXPERIMENT, "paper", seeds, out_root=args.out, options=options, show_progress=True)
-        print(rec.out_dir)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            ctx = RunContext("paper", seeds, Path(tmp), options, options.get("device", "cpu"), False, cfg=cfg)
-            EXPERIMENT.run(ctx)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
+    """``python -m iclr26.forgetting.paper --set key=value ... [--seeds 0,1] [--out runs]`` (also under torchrun)."""
+    return distributed_main("forgetting", argv)
 
 
 if __name__ == "__main__":
