@@ -9,9 +9,11 @@ GPT-NeoX token ids (``.npy``, or a raw ``.bin`` of uint16 as in Pythia's memmaps
         --tokens /data/pile_deduped.bin --layout 4+8R2+4 --scheme mesh --steps 120818 \\
         --batch 64 --seq-len 2048 --out runs/mesh_410m_mesh
 
-``--batch`` is the global batch per optimiser step (split over ranks; core.fit has no gradient
-accumulation, so the paper's 512 x 4096 needs enough GPUs or a smaller batch). ``--init-from DIR``
-starts from a local Hugging Face checkpoint instead of scratch (see ``pythia.load_pythia``).
+``--batch`` is the global batch per optimiser step, split into ``--grad-accum`` micro-batches and over the
+ranks (the paper's 512 x 4096 on 8 GPUs: ``--batch 512 --grad-accum 16`` gives 4 sequences per GPU per
+micro-batch). ``--init-from DIR`` starts from a local Hugging Face checkpoint instead of scratch (see
+``pythia.load_pythia``). Rank 0 writes ``result.json`` and the trained model ``model.pt``
+(:func:`load_trained`), which :class:`iclr26.mesh.evaluate.MeshLM` scores with lm-evaluation-harness.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from iclr26.core.train import TrainConfig, fit, setup_distributed
 from iclr26.mesh.config import PaperConfig, PaperTrainConfig
-from iclr26.mesh.model import RecursiveNeoX, lm_loss
+from iclr26.mesh.model import MeshConfig, RecursiveNeoX, lm_loss
 
 
 def load_tokens(path: str | Path) -> np.ndarray:
@@ -108,6 +110,34 @@ def train_model(
         "val_curve": [(s, e["val_loss"]) for s, e in res.evals],
         "train_losses": res.losses,
     }
+
+
+def save_trained(model: RecursiveNeoX, out_dir: str | Path) -> Path:
+    """Write ``model.pt``: the model's config (a dict) and its state dict."""
+    path = Path(out_dir) / "model.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": asdict(model.cfg), "state_dict": model.state_dict()}, path)
+    return path
+
+
+def load_trained(path: str | Path, device: str = "cpu") -> RecursiveNeoX:
+    """The model :func:`save_trained` wrote (``path``: the file or its folder), in eval mode."""
+    p = Path(path)
+    p = p / "model.pt" if p.is_dir() else p
+    blob = torch.load(p, map_location=device, weights_only=True)
+    model = RecursiveNeoX(MeshConfig(**blob["config"]))
+    model.load_state_dict(blob["state_dict"])
+    return model.to(device).eval()
+
+
+def check_seq_len(seq_len: int, model_cfg: MeshConfig) -> None:
+    """A training length longer than the model's positions stops here, before any step (paper: 4096;
+    Pythia checkpoints: 2048)."""
+    if seq_len > model_cfg.max_seq_len:
+        raise ValueError(
+            f"seq_len={seq_len} exceeds the model's {model_cfg.max_seq_len} positions "
+            f"(the paper trains at 4096; Pythia checkpoints stop at 2048): use a seq_len <= {model_cfg.max_seq_len}"
+        )
 
 
 def build_model(
@@ -204,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
         torch.cuda.set_device(device)
     model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
+    check_seq_len(a.seq_len, model.cfg)
     tc = PaperTrainConfig(
         tokens=a.tokens,
         val_tokens=a.val_tokens,
@@ -225,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
             "val_curve": out["val_curve"],
         }
         (Path(a.out) / "result.json").write_text(json.dumps(res, indent=2))
+        save_trained(model, a.out)
         print(json.dumps({"val_loss": out["val_loss"]}))
 
 
