@@ -19,7 +19,6 @@ KNOWN_LONG = {
     "iclr26.infgen.generate.rollout",
     "iclr26.sman_bench.experiment.run",
     "iclr26.dishonesty.experiment.summarise",
-    "iclr26.forgetting.study.tables_for",
     "iclr26.infgen.world.simulate",
     "iclr26.sman_bench.experiment.run_seed",
     "iclr26.sman_bench.generator.generate_app",

@@ -245,109 +245,92 @@ def _pm(s: dict) -> str:
     return f"{s['mean']:.1f} ± {s['std']:.1f}"
 
 
+def _forgetting_table(a: dict) -> str:
+    rows = []
+    for f, r in sorted(a["cil"].items()):
+        t = a["til"].get(f)
+        rows.append(
+            [
+                f"{100 * f:g}%",
+                r["buffer_size"],
+                _pm(r["F_sh"]),
+                _pm(r["F_dp"]),
+                _pm(t["F_sh"]) if t else "-",
+                _pm(t["F_dp"]) if t else "-",
+            ]
+        )
+    return markdown_table(["buffer", "M", "CIL F_sh", "CIL F_dp", "TIL F_sh", "TIL F_dp"], rows)
+
+
+def _buffer_stats_table(a: dict) -> str | None:
+    rows = []
+    for f, r in sorted(a["cil"].items()):
+        if "norm_ratio" not in r:
+            continue
+        ranks = f"{np.mean(r['rank_buf']):.1f} / {np.mean(r['rank_pop']):.1f}"
+        rows.append(
+            [
+                f"{100 * f:g}%",
+                r["buffer_size"],
+                ranks,
+                r["all_ranks_deficient"],
+                r["norm_ratio"],
+                r["null_norm_ratio"],
+                r["var_ratio"],
+                r["shift"],
+            ]
+        )
+    if not rows:
+        return None
+    header = ["buffer", "M", "rank buf / pop", "all deficient", "‖μ̂‖/‖μ‖", "random-subset ‖μ‖ ratio"]
+    return markdown_table([*header, "σ²_buf/σ²_pop", "‖μ̂-μ‖"], rows)
+
+
+def _lda_table(a: dict) -> str:
+    rows = [
+        [
+            f"{100 * f:g}%",
+            *[r["lda"][k] for k in r["lda"]],
+            r["lda_pinv"]["buf_mu+buf_cov"],
+            r["own_head_old"],
+            r["probe_old"],
+            r["probe_buffer_old"],
+        ]
+        for f, r in sorted(a["cil"].items())
+        if "lda" in r
+    ]
+    keys = list(next(r for r in a["cil"].values() if "lda" in r)["lda"])
+    return markdown_table(["buffer", *keys, "buf/buf (pinv)", "own head", "probe", "probe on buffer"], rows)
+
+
+NC_COLUMNS = ("nc1", "within_var", "nc2_within_offdiag", "nc2_between_offdiag", "nc3", "beta", "rank_means", "snr")
+
+
+def _nc_table(a: dict) -> str:
+    rows = []
+    for f, r in sorted(a["cil"].items()):
+        if "nc_train" not in r:
+            continue
+        for view in ("nc_train", "nc_buffer_view"):
+            v = r[view]
+            name = "population" if view == "nc_train" else "buffer view"
+            rows.append([f"{100 * f:g}%", name, *[v[k] for k in NC_COLUMNS], v["mean_norm"]])
+    header = ["buffer", "features", "NC1", "mean σ²_c", "NC2 within", "NC2 between", "NC3", "β", "rank Ũ", "SNR"]
+    return markdown_table([*header, "mean ‖μ_c‖"], rows)
+
+
 def tables_for(agg: dict) -> dict[str, str]:
+    """The report's tables per dataset: forgetting vs buffer; and, when the diagnostics ran, buffer vs
+    population statistics, the LDA counterfactual and Neural Collapse."""
     tables = {}
     for d, a in agg.items():
-        rows = []
-        for f, r in sorted(a["cil"].items()):
-            t = a["til"].get(f)
-            rows.append(
-                [
-                    f"{100 * f:g}%",
-                    r["buffer_size"],
-                    _pm(r["F_sh"]),
-                    _pm(r["F_dp"]),
-                    _pm(t["F_sh"]) if t else "-",
-                    _pm(t["F_dp"]) if t else "-",
-                ]
-            )
-        tables[f"{d}: forgetting vs buffer (points, mean ± std over seeds)"] = markdown_table(
-            ["buffer", "M", "CIL F_sh", "CIL F_dp", "TIL F_sh", "TIL F_dp"], rows
-        )
-        rows = []
-        for f, r in sorted(a["cil"].items()):
-            if "norm_ratio" not in r:
-                continue
-            ranks = f"{np.mean(r['rank_buf']):.1f} / {np.mean(r['rank_pop']):.1f}"
-            rows.append(
-                [
-                    f"{100 * f:g}%",
-                    r["buffer_size"],
-                    ranks,
-                    r["all_ranks_deficient"],
-                    r["norm_ratio"],
-                    r["null_norm_ratio"],
-                    r["var_ratio"],
-                    r["shift"],
-                ]
-            )
-        if rows:
-            tables[f"{d}: buffer vs population, old classes (CIL, seed means)"] = markdown_table(
-                [
-                    "buffer",
-                    "M",
-                    "rank buf / pop",
-                    "all deficient",
-                    "‖μ̂‖/‖μ‖",
-                    "random-subset ‖μ‖ ratio",
-                    "σ²_buf/σ²_pop",
-                    "‖μ̂-μ‖",
-                ],
-                rows,
-            )
-            rows = [
-                [
-                    f"{100 * f:g}%",
-                    *[r["lda"][k] for k in r["lda"]],
-                    r["lda_pinv"]["buf_mu+buf_cov"],
-                    r["own_head_old"],
-                    r["probe_old"],
-                    r["probe_buffer_old"],
-                ]
-                for f, r in sorted(a["cil"].items())
-                if "lda" in r
-            ]
-            keys = list(next(r for r in a["cil"].values() if "lda" in r)["lda"])
-            tables[f"{d}: LDA counterfactual, old-task test accuracy (CIL, %, seed means)"] = markdown_table(
-                ["buffer", *keys, "buf/buf (pinv)", "own head", "probe", "probe on buffer"], rows
-            )
-            rows = []
-            for f, r in sorted(a["cil"].items()):
-                if "nc_train" not in r:
-                    continue
-                for view in ("nc_train", "nc_buffer_view"):
-                    v = r[view]
-                    rows.append(
-                        [
-                            f"{100 * f:g}%",
-                            "population" if view == "nc_train" else "buffer view",
-                            v["nc1"],
-                            v["within_var"],
-                            v["nc2_within_offdiag"],
-                            v["nc2_between_offdiag"],
-                            v["nc3"],
-                            v["beta"],
-                            v["rank_means"],
-                            v["snr"],
-                            v["mean_norm"],
-                        ]
-                    )
-            tables[f"{d}: Neural Collapse at the end of training (CIL, seed means)"] = markdown_table(
-                [
-                    "buffer",
-                    "features",
-                    "NC1",
-                    "mean σ²_c",
-                    "NC2 within",
-                    "NC2 between",
-                    "NC3",
-                    "β",
-                    "rank Ũ",
-                    "SNR",
-                    "mean ‖μ_c‖",
-                ],
-                rows,
-            )
+        tables[f"{d}: forgetting vs buffer (points, mean ± std over seeds)"] = _forgetting_table(a)
+        stats = _buffer_stats_table(a)
+        if stats is None:
+            continue
+        tables[f"{d}: buffer vs population, old classes (CIL, seed means)"] = stats
+        tables[f"{d}: LDA counterfactual, old-task test accuracy (CIL, %, seed means)"] = _lda_table(a)
+        tables[f"{d}: Neural Collapse at the end of training (CIL, seed means)"] = _nc_table(a)
     return tables
 
 
