@@ -284,3 +284,26 @@ def test_training_reduces_loss_and_router_grads_nonzero():
             assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0
         opt.step()
     assert loss.item() < first - 0.3
+
+
+def test_router_init_normal_is_uniform_and_passthrough_puts_prob_on_the_fresh_slot():
+    from iclr26.mesh.model import passthrough_slots as slots_of
+
+    cfg = MeshConfig(vocab_size=50, d_model=32, n_heads=2, layout="1+1R3+1", scheme="mesh", max_seq_len=16)
+    x = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    _, tr = RecursiveNeoX(cfg)(x, return_trace=True)
+    for w in tr["w_write"] + tr["w_read"]:
+        assert torch.allclose(w.mean(dim=(0, 1)), torch.full((cfg.slots,), 1 / cfg.slots), atol=0.02)
+    pt = replace(cfg, router_init="passthrough", router_init_prob=0.9)
+    torch.manual_seed(0)
+    m = RecursiveNeoX(pt)
+    _, tr = m(x, return_trace=True)
+    for (ws, rs), ww, wr in zip(slots_of(3), tr["w_write"], tr["w_read"]):
+        assert float(ww[..., ws].mean()) == pytest.approx(0.9, abs=0.02)
+        assert float(wr[..., rs].mean()) == pytest.approx(0.9, abs=0.02)
+    z = math.log(0.9 * (cfg.slots - 1) / 0.1)
+    assert float(m.routers.pairs[2].write.bias[3]) == pytest.approx(z)
+    assert float(m.routers.pairs[2].write.bias[0]) == 0.0
+    with pytest.raises(ValueError):
+        replace(cfg, router_init="passthrough", buffer_size=4)  # needs B >= n_loop + 2 = 5

@@ -68,6 +68,8 @@ class RunConfig:
     vanilla_layers: depth of the vanilla arm (must equal the recursive layout's unrolled depth).
     recursive_layout: the P+CRK+S layout of the recursive arms.
     arms: arms trained (vanilla, base, residual, anchor, anchor_emb, mesh).
+    router_init: MeSH router init, "normal" (near-uniform softmax) or "passthrough" (starts near the base
+        recursion); the paper does not state it (see ``MeshConfig.router_init``).
     seq_len: training sequence length in bytes.
     batch: sequences per step.
     steps: optimiser steps per arm.
@@ -90,6 +92,7 @@ class RunConfig:
     vanilla_layers: int = 6
     recursive_layout: str = "1+2R2+1"
     arms: tuple[str, ...] = ("vanilla", "base", "anchor", "mesh")
+    router_init: str = "normal"
     seq_len: int = 64
     batch: int = 16
     steps: int = 200

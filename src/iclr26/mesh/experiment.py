@@ -58,6 +58,7 @@ def model_config(s: RunConfig, arm: str, vocab_size: int = 256) -> MeshConfig:
         layout=layout,
         scheme=ARM_SCHEMES[arm],
         max_seq_len=max(s.seq_len, 16),
+        router_init=s.router_init,  # type: ignore[arg-type]
     )
 
 

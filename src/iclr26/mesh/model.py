@@ -135,6 +135,11 @@ class MeshConfig:
         set False to reproduce a Pythia checkpoint exactly.
     scale_output_init: output projections (attention dense, MLP down) get std ``init_std/sqrt(2*N_compute)``.
     tie_embeddings: share embed_in and embed_out (Pythia: untied).
+    router_init: MeSH router init (the paper does not state it). ``"normal"`` (default): weights N(0, init_std),
+        zero bias, so every softmax starts near uniform (1/B per slot). ``"passthrough"``: same weights, and the
+        bias puts ``router_init_prob`` of each softmax on the slot of :func:`passthrough_slots`, so the model
+        starts close to the base recursion (each step writes and reads its own fresh slot).
+    router_init_prob: the passthrough slot's share at init (``"passthrough"`` only).
     """
 
     vocab_size: int = 50304
@@ -156,6 +161,8 @@ class MeshConfig:
     scale_embeddings: bool = True
     scale_output_init: bool = True
     tie_embeddings: bool = False
+    router_init: Literal["normal", "passthrough"] = "normal"
+    router_init_prob: float = 0.9
 
     def __post_init__(self) -> None:
         lay = parse_layout(self.layout)
@@ -175,6 +182,11 @@ class MeshConfig:
             raise ValueError(
                 f"transition_router_input must be 'h_pre' or 'h_emb', got {self.transition_router_input!r}"
             )
+        if self.router_init not in ("normal", "passthrough"):
+            raise ValueError(f"router_init must be 'normal' or 'passthrough', got {self.router_init!r}")
+        if self.router_init == "passthrough" and self.scheme == "mesh":
+            if self.slots < lay.n_loop + 2 or not 0 < self.router_init_prob < 1:
+                raise ValueError("router_init='passthrough' needs buffer_size >= n_loop + 2 and 0 < prob < 1")
         if self.vocab_size < 1 or self.max_seq_len < 1:
             raise ValueError("vocab_size and max_seq_len must be positive")
 
@@ -433,6 +445,13 @@ class RecursiveNeoX(nn.Module):
             elif isinstance(mod, nn.LayerNorm) and mod.weight.device.type != "meta":
                 nn.init.ones_(mod.weight)
                 nn.init.zeros_(mod.bias)
+        if self.routers is not None and cfg.router_init == "passthrough" and self.embed_in.weight.device.type != "meta":
+            # softmax share p on the target slot: exp(z) / (exp(z) + B - 1) = p  <=>  z = log(p (B-1) / (1-p))
+            p, b = cfg.router_init_prob, cfg.slots
+            z = math.log(p * (b - 1) / (1 - p))
+            for pair, (ws, rs) in zip(self.routers.pairs, passthrough_slots(self.layout.n_loop)):
+                pair.write.bias[ws] = z
+                pair.read.bias[rs] = z
 
     def core(self, t: int) -> Stack:
         """The core stack used at loop step t (the same object for every t when weights are shared)."""
