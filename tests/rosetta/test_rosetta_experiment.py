@@ -50,4 +50,4 @@ def test_small_config_trains_the_stated_preference_kinds():
     for seed in (0, 7):
         singles = [x for x in make_preferences(16, seed, n_chains=p.n_chains) if x.chain is None][: p.n_preferences]
         kinds = sorted(singles[i].kind for i in p.rl_preferences)
-        assert kinds == ["not_that_one", "ordered", "other_bin", "return_home", "return_home", "reverse"]
+        assert kinds == ["not_that_one", "other_bin", "return_home", "return_home"]

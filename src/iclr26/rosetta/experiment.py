@@ -6,7 +6,7 @@ against the hidden intent (reward-intent AUROC over scripted behaviours). Then P
 ``rl_preferences`` with the rewards of ``rl_arms`` (every reward call goes through the sandbox) and a
 deterministic rollout is judged by the intent checker.
 
-Scales (``config.config_for``): smoke (3 preferences, 20k PPO steps, CI), small (the claim run),
+Scales (``config.config_for``): smoke (2 preferences, 10k PPO steps, CI), small (the claim run),
 paper (the pipeline on an annotator CSV with real backends; see the README).
 """
 
@@ -52,8 +52,8 @@ CLAIMS = (
     ),
     Claim(
         "C2",
-        "Finding: on multi-stage preferences (place then return home; two objects in a stated order), PPO on "
-        "ROSETTA's staged rewards reaches the intent far more often than on the unstaged (no_staging) rewards",
+        "Finding: on multi-stage RL preferences (place then return home), PPO on ROSETTA's staged rewards "
+        "reaches the intent far more often than on the unstaged (no_staging) rewards",
         "staging ablation: the paper reports ROSETTA above no_staging (numbers not available to us)",
         "competence gate passed and success(rosetta) >= success(no_staging) + 0.25 on multi-stage RL preferences "
         "(seed means)",

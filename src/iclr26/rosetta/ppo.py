@@ -1,16 +1,23 @@
-"""PPO with GAE on TabletopLite with a generated reward called through a sandboxed reward function.
+"""PPO on TabletopLite with a generated reward called through a sandboxed reward function.
 
-The settings follow the official short-horizon learner (ManiSkill's PPO baseline as configured in
-``short_horizon_learning/maniskill_ppo.py``: gamma 0.8, GAE lambda 0.9, clip 0.2, value coefficient 0.5,
-entropy 0, gradient-norm clip 0.5, target KL 0.1, finite-horizon GAE), scaled to a CPU budget
-(64 envs, 2x64 MLP, a few 1e5 steps; the paper uses 1024 GPU envs and 2e7-4e8 steps).
+GAE and the clipped update are :mod:`iclr26.core.ppo` (``gae``, ``ppo_update``, ``mlp``); this file adds
+what the official short-horizon learner (``short_horizon_learning/maniskill_ppo.py``) does around them:
+Tanh MLPs, a target-KL stop of the update epochs, and the value of the final observation bootstrapped at
+the time limit. Settings: gamma 0.8, GAE lambda 0.9, clip 0.2, value coefficient 0.5, entropy 0,
+gradient-norm clip 0.5, target KL 0.1, scaled to a CPU budget (64 envs, 2x64 MLP, 2e5 steps; the paper
+uses 1024 GPU envs and 2e7-4e8 steps).
 
-GAE with a finite horizon (time-limit truncation, the episode's last value bootstraps nothing):
+Every rollout is one whole episode of all envs (``episode_len`` steps, no early termination, then a
+reset), so the time limit truncates the last step of the rollout and nothing inside it. The official
+learner stores ``final_values = V(final_observation)`` for a truncated env; with whole-episode rollouts
+that is GAE with no ``done`` inside the rollout and ``last_value = V(s_T)``:
 
-    δ_t = r_t + γ (1 − d_t) V(s_{t+1}) − V(s_t),     Â_t = δ_t + γ λ (1 − d_t) Â_{t+1},    R_t = Â_t + V(s_t)
+    δ_t = r_t + γ V(s_{t+1}) − V(s_t)   (V(s_T): the observation after the last step),
+    Â_t = δ_t + γ λ Â_{t+1},   Â_T = 0,   R_t = Â_t + V(s_t).
 
-PPO-clip:  L = −E[min(ρ Â, clip(ρ, 1 − ε, 1 + ε) Â)] + c_v E[(V − R)²] − c_e E[H],  ρ = π_θ / π_old;
-an epoch stops early when the approximate KL exceeds ``target_kl``.
+PPO-clip (core): L = −E[min(ρ Â, clip(ρ, 1 − ε, 1 + ε) Â)] + c_v E[(V − R)²] − c_e E[H],  ρ = π_θ / π_old,
+advantages normalised per minibatch; the epochs stop once an epoch leaves the batch's approximate KL
+E[(ρ − 1) − log ρ] above ``target_kl``.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-__all__ = ["ActorCritic", "PPOConfig", "gae", "ppo_update", "train_ppo"]
+from iclr26.core.ppo import PPOConfig as CorePPOConfig
+from iclr26.core.ppo import gae, mlp, ppo_update
+
+__all__ = ["ActorCritic", "PPOConfig", "approx_kl", "rollout_policy", "train_ppo", "truncated_gae", "update"]
 
 
 @dataclass(frozen=True)
@@ -32,16 +42,16 @@ class PPOConfig:
     total_steps: environment steps per training run.
     num_envs: parallel environments.
     hidden: hidden width of the 2-layer actor and critic MLPs.
-    lr: Adam learning rate (official: 3e-4 at 1024 envs and 2e7+ steps; 3e-3 for the 2e5-step budget).
+    lr: Adam learning rate (official: 3e-4 at 1024 envs and 2e7+ steps; 3e-3 for this CPU budget).
     gamma (γ): discount (official 0.8).
     gae_lambda (λ): GAE parameter (official 0.9).
     clip (ε): ratio clip (official 0.2).
     update_epochs: passes over each rollout (official: 8).
     num_minibatches: minibatches per pass (official: 32).
-    vf_coef (c_v): value-loss weight (official 0.5).
+    vf_coef (c_v): value-loss weight (official 0.5 on half the squared error; core's loss has no 0.5).
     ent_coef (c_e): entropy weight (official 0).
     max_grad_norm: gradient-norm clip (official 0.5).
-    target_kl: stop the update epochs when the approximate KL exceeds this (official 0.1).
+    target_kl: stop the update epochs when the batch's approximate KL after an epoch exceeds this (official 0.1).
     init_log_std: initial log standard deviation of the Gaussian policy.
     reward_scale: rewards are multiplied by this before GAE.
     squash_mean: tanh-bound the policy mean (off: the official unbounded mean, actions clipped by the env).
@@ -59,25 +69,37 @@ class PPOConfig:
     vf_coef: float = 0.5
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
-    target_kl: float = 0.1
+    target_kl: float | None = 0.1
     init_log_std: float = 0.0
     reward_scale: float = 1.0
     squash_mean: bool = False
 
-
-def _mlp(i: int, h: int, o: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(i, h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(), nn.Linear(h, o))
+    def core_epoch(self) -> CorePPOConfig:
+        """The settings of one update epoch as ``core.ppo.PPOConfig`` (the epoch loop stays here, for target_kl)."""
+        return CorePPOConfig(
+            lr=self.lr,
+            gamma=self.gamma,
+            lam=self.gae_lambda,
+            clip=self.clip,
+            epochs=1,
+            minibatches=self.num_minibatches,
+            vf_coef=self.vf_coef,
+            ent_coef=self.ent_coef,
+            max_grad_norm=self.max_grad_norm,
+            init_log_std=self.init_log_std,
+        )
 
 
 class ActorCritic(nn.Module):
-    """Gaussian actor (tanh-bounded mean, state-independent log std) and a critic; 2 hidden layers each."""
+    """Gaussian actor (state-independent log std) and a critic; 2 Tanh hidden layers each (official: Tanh)."""
 
     def __init__(
         self, obs_dim: int, act_dim: int, hidden: int = 64, init_log_std: float = 0.0, squash_mean: bool = False
     ) -> None:
         super().__init__()
         self.squash = squash_mean
-        self.actor, self.critic = _mlp(obs_dim, hidden, act_dim), _mlp(obs_dim, hidden, 1)
+        self.actor = mlp([obs_dim, hidden, hidden, act_dim], nn.Tanh)
+        self.critic = mlp([obs_dim, hidden, hidden, 1], nn.Tanh)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
         with torch.no_grad():
             self.actor[-1].weight.mul_(0.01)
@@ -89,63 +111,53 @@ class ActorCritic(nn.Module):
         return torch.tanh(m) if self.squash else m
 
     def dist(self, x: torch.Tensor) -> torch.distributions.Normal:
-        return torch.distributions.Normal(self.mean(x), self.log_std.exp().expand(x.shape[0], -1))
+        return torch.distributions.Normal(self.mean(x), self.log_std.exp().expand(x.shape[0], -1), validate_args=False)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(x).squeeze(-1)
 
 
-def gae(
-    rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor, gamma: float, lam: float
+def truncated_gae(
+    ac: ActorCritic, rewards: torch.Tensor, values: torch.Tensor, next_obs: torch.Tensor, gamma: float, lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages and returns of a [T, N] rollout; ``dones[t]``: the episode ended after step t."""
-    adv, last = torch.zeros_like(rewards), torch.zeros_like(last_value)
-    for t in reversed(range(rewards.shape[0])):
-        nxt = last_value if t == rewards.shape[0] - 1 else values[t + 1]
-        keep = 1.0 - dones[t].float()
-        delta = rewards[t] + gamma * keep * nxt - values[t]  # δ_t
-        last = delta + gamma * lam * keep * last  # Â_t
-        adv[t] = last
-    return adv, adv + values
+    """Advantages and returns of a [T, N] whole-episode rollout cut by the time limit.
+
+    ``next_obs`` is the observation after the last step; its value is bootstrapped (official
+    ``final_values[t] = V(final_observation)`` at truncation), and no step inside the rollout ends an episode.
+    """
+    with torch.no_grad():
+        last_value = ac.value(next_obs)
+    return gae(rewards, values, torch.zeros_like(rewards), last_value, gamma, lam)
 
 
-def ppo_update(
+@torch.no_grad()
+def approx_kl(ac: ActorCritic, batch: dict[str, torch.Tensor]) -> float:
+    """KL(π_old || π_θ) over the batch by the official estimator E[(ρ − 1) − log ρ] (non-negative)."""
+    log_ratio = ac.dist(batch["obs"]).log_prob(batch["act"]).sum(-1) - batch["logp"]
+    return float(((log_ratio.exp() - 1) - log_ratio).mean())
+
+
+def update(
     ac: ActorCritic, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor], cfg: PPOConfig, gen: torch.Generator
 ) -> dict[str, float]:
-    """Clipped-surrogate update over a flat batch (obs, act, logp, adv, ret); advantages normalised per minibatch."""
-    n = batch["obs"].shape[0]
-    mb = max(1, n // cfg.num_minibatches)
-    stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
-    count = 0
+    """Up to ``update_epochs`` epochs of ``core.ppo.ppo_update`` over a flat batch (obs, act, logp, adv, ret).
+
+    Stops after an epoch that leaves the batch's approximate KL (:func:`approx_kl`) above ``target_kl``
+    (official: the same estimator, checked per minibatch); ``stats["epochs"]`` is the number of epochs run.
+    """
+    one = cfg.core_epoch()
+    runs: list[dict[str, float]] = []
     for _ in range(cfg.update_epochs):
-        perm, kls = torch.randperm(n, generator=gen), []
-        for i in range(0, n, mb):
-            idx = perm[i : i + mb]
-            d = ac.dist(batch["obs"][idx])
-            logp = d.log_prob(batch["act"][idx]).sum(-1)
-            log_ratio = logp - batch["logp"][idx]
-            ratio = log_ratio.exp()
-            ad = batch["adv"][idx]
-            ad = (ad - ad.mean()) / (ad.std() + 1e-8)
-            pl = -torch.min(ratio * ad, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * ad).mean()
-            vl = ((ac.value(batch["obs"][idx]) - batch["ret"][idx]) ** 2).mean()
-            ent = d.entropy().sum(-1).mean()
-            loss = pl + cfg.vf_coef * vl - cfg.ent_coef * ent
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
-            opt.step()
-            with torch.no_grad():
-                kl = float(((ratio - 1) - log_ratio).mean())  # k3 estimator of KL(old || new)
-                kls.append(kl)
-                for key, v in (("policy_loss", pl), ("value_loss", vl), ("entropy", ent)):
-                    stats[key] += float(v)
-                stats["clip_frac"] += float(((ratio - 1).abs() > cfg.clip).float().mean())
-                stats["approx_kl"] += kl
-            count += 1
-        if cfg.target_kl is not None and np.mean(kls) > cfg.target_kl:
+        runs.append(
+            ppo_update(ac, opt, batch["obs"], batch["act"], batch["logp"], batch["adv"], batch["ret"], one, gen)
+        )
+        kl = approx_kl(ac, batch)
+        runs[-1]["kl_k3"] = kl
+        if cfg.target_kl is not None and kl > cfg.target_kl:
             break
-    return {k: v / max(count, 1) for k, v in stats.items()}
+    stats = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+    stats["epochs"] = float(len(runs))
+    return stats
 
 
 def train_ppo(
@@ -183,9 +195,7 @@ def train_ppo(
                 raise ValueError(f"reward has shape {r.shape} or non-finite values")
             rew_b[t] = torch.as_tensor(r * cfg.reward_scale, dtype=torch.float32)
             obs = torch.as_tensor(nxt)
-        dones = torch.zeros(T, N)
-        dones[-1] = 1.0  # finite horizon: nothing is bootstrapped past the time limit
-        adv, ret = gae(rew_b, val_b, dones, torch.zeros(N), cfg.gamma, cfg.gae_lambda)
+        adv, ret = truncated_gae(ac, rew_b, val_b, obs, cfg.gamma, cfg.gae_lambda)
         batch = {
             "obs": obs_b.reshape(T * N, -1),
             "act": act_b.reshape(T * N, 4),
@@ -193,7 +203,7 @@ def train_ppo(
             "adv": adv.reshape(-1),
             "ret": ret.reshape(-1),
         }
-        stats = ppo_update(ac, opt, batch, cfg, gen)
+        stats = update(ac, opt, batch, cfg, gen)
         if log is not None:
             log(it, reward=float(rew_b.sum(0).mean()), **stats)
     return ac
