@@ -31,6 +31,25 @@ def test_truncated_gae_bootstraps_the_value_of_the_final_observation():
     torch.testing.assert_close(ret, adv + v)
 
 
+def test_train_ppo_bootstraps_the_observation_after_the_last_step(monkeypatch):
+    import iclr26.rosetta.ppo as ppo
+
+    envs, seen = [], []
+    real = ppo.truncated_gae
+
+    def make(n):
+        envs.append(TabletopLite(n, EnvConfig(episode_len=6), 0))
+        return envs[-1]
+
+    def spy(ac, r, v, nxt, gamma, lam):
+        seen.append(torch.equal(nxt, torch.as_tensor(envs[0].obs())))  # the env after step T, time fraction 1
+        return real(ac, r, v, nxt, gamma, lam)
+
+    monkeypatch.setattr(ppo, "truncated_gae", spy)
+    train_ppo(make, _reach, PPOConfig(total_steps=2 * 4 * 6, num_envs=4), seed=0, episode_len=6)
+    assert seen == [True, True]
+
+
 def _batch(ac, n=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(n, 3, generator=g)
