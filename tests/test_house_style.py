@@ -17,11 +17,7 @@ KNOWN_CYCLES = {
 # long because of one-cell-per-line table literals, not logic)
 KNOWN_LONG = {
     "iclr26.infgen.generate.rollout",
-    "iclr26.sman_bench.experiment.run",
-    "iclr26.dishonesty.experiment.summarise",
     "iclr26.infgen.world.simulate",
-    "iclr26.sman_bench.experiment.run_seed",
-    "iclr26.sman_bench.generator.generate_app",
     "iclr26.vtool_r1.experiment._summarise",
 }
 

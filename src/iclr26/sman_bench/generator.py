@@ -210,6 +210,68 @@ class _Builder:
         )
 
 
+def _click_edge(b: _Builder, src: str, text: str, bounds, role: str, dst: str | None = None) -> int:
+    """A click on ``text`` at ``bounds`` from ``src`` (to a new tree child when ``dst`` is None)."""
+    return b.add_edge(src, click_string(text, bounds), role, {"kind": "click", "text": text, "bounds": bounds}, dst)
+
+
+def _build_item(b: _Builder, cfg: GeneratorConfig, rng: np.random.Generator, src: str, item: str, row: int, item_page):
+    """An item page under ``src`` with its option tabs and their detail buttons."""
+    a = _click_edge(b, src, item, _row(row), "item")
+    ip = f"{src}_{a}"
+    item_page[item] = ip
+    for oi, o in enumerate(rng.choice(len(OPTIONS), cfg.n_options, replace=False)):
+        oa = _click_edge(b, ip, OPTIONS[o], _row(oi), "option")
+        op = f"{ip}_{oa}"
+        for di, d in enumerate(rng.choice(len(DETAILS), cfg.n_details, replace=False)):
+            _click_edge(b, op, DETAILS[d], _row(di), "detail")
+
+
+def _build_section(b: _Builder, cfg: GeneratorConfig, rng, root: str, si: int, sec: str, sec_items, item_page):
+    """A section page: its items, the scrolled "more" page and the filter inputs."""
+    sa = _click_edge(b, root, sec, _row(si), "section")
+    sp = f"{root}_{sa}"
+    for ii, it in enumerate(sec_items[: cfg.n_items]):
+        _build_item(b, cfg, rng, sp, it, ii, item_page)
+    list_bounds = (_row(0)[0], _row(cfg.n_items - 1)[1])
+    if cfg.n_more > 0:
+        region = {"kind": "scroll", "text": "scrollable list", "bounds": list_bounds}
+        ma = b.add_edge(sp, scroll_string(list_bounds, "up"), "more", region, None)
+        mp = f"{sp}_{ma}"
+        for ii, it in enumerate(sec_items[cfg.n_items :]):
+            _build_item(b, cfg, rng, mp, it, ii, item_page)
+    for _qi in range(cfg.n_queries):
+        q = sec_items[int(rng.integers(len(sec_items)))].split()[0].lower()
+        field = {"kind": "input", "text": "Filter", "bounds": ((40, 2100), (SCREEN_W - 40, 2220))}
+        b.add_edge(sp, input_string("Filter", q), "query", field, None)
+
+
+def _add_root_shortcuts(b: _Builder, cfg: GeneratorConfig, rng, root: str, all_items: list[str], item_page):
+    """ "Recommended: <item>" deep links and global search inputs on the root."""
+    for k, it in enumerate(rng.choice(all_items, min(cfg.n_recommended, len(all_items)), replace=False)):
+        _click_edge(b, root, f"Recommended: {it}", _row(cfg.n_sections + k), "shortcut", item_page[it])
+    for it in rng.choice(all_items, min(cfg.n_search, len(all_items)), replace=False):
+        field = {"kind": "input", "text": "Search", "bounds": SEARCH_BOUNDS}
+        b.add_edge(root, input_string("Search", it.lower()), "shortcut", field, item_page[it])
+
+
+def _add_page_shortcuts(b: _Builder, cfg: GeneratorConfig, rng, root: str, all_items: list[str], item_page):
+    """ "Popular: <item>" on section pages, "Similar: <item>" on item pages, Home on every non-root page."""
+    for page in list(b.page_actions):
+        if page == root:
+            continue
+        depth = page.count("_")
+        roles = {b.roles[str(a)] for a in b.page_actions[page]}
+        if depth == 1 and rng.random() < cfg.p_popular:
+            it = all_items[int(rng.integers(len(all_items)))]
+            _click_edge(b, page, f"Popular: {it}", _row(cfg.n_items + 1), "shortcut", item_page[it])
+        if "option" in roles and rng.random() < cfg.p_similar:
+            it = all_items[int(rng.integers(len(all_items)))]
+            if item_page[it] != page:
+                _click_edge(b, page, f"Similar: {it}", _row(cfg.n_options + 1), "shortcut", item_page[it])
+        _click_edge(b, page, "Home", HOME_BOUNDS, "home", root)
+
+
 def generate_app(name: str, cfg: GeneratorConfig, rng: np.random.Generator) -> tuple[App, dict]:
     """One app. Returns the App and ``meta`` (item names -> page, used by noise/ads)."""
     b = _Builder(name)
@@ -220,96 +282,11 @@ def generate_app(name: str, cfg: GeneratorConfig, rng: np.random.Generator) -> t
     pairs = rng.choice(len(ADJECTIVES) * len(NOUNS), cfg.n_sections * n_per, replace=False)
     items = [f"{ADJECTIVES[p // len(NOUNS)]} {NOUNS[p % len(NOUNS)]}" for p in pairs]
     item_page: dict[str, str] = {}
-    home = {"kind": "click", "text": "Home", "bounds": HOME_BOUNDS}
-
-    def build_item(src: str, item: str, row: int):
-        a = b.add_edge(
-            src, click_string(item, _row(row)), "item", {"kind": "click", "text": item, "bounds": _row(row)}, None
-        )
-        ip = f"{src}_{a}"
-        item_page[item] = ip
-        for oi, o in enumerate(rng.choice(len(OPTIONS), cfg.n_options, replace=False)):
-            opt = OPTIONS[o]
-            oa = b.add_edge(
-                ip, click_string(opt, _row(oi)), "option", {"kind": "click", "text": opt, "bounds": _row(oi)}, None
-            )
-            op = f"{ip}_{oa}"
-            for di, d in enumerate(rng.choice(len(DETAILS), cfg.n_details, replace=False)):
-                det = DETAILS[d]
-                b.add_edge(
-                    op, click_string(det, _row(di)), "detail", {"kind": "click", "text": det, "bounds": _row(di)}, None
-                )
-
     for si, sec in enumerate(sections):
-        sa = b.add_edge(
-            root, click_string(sec, _row(si)), "section", {"kind": "click", "text": sec, "bounds": _row(si)}, None
-        )
-        sp = f"{root}_{sa}"
-        sec_items = items[si * n_per : (si + 1) * n_per]
-        for ii, it in enumerate(sec_items[: cfg.n_items]):
-            build_item(sp, it, ii)
-        list_bounds = (_row(0)[0], _row(cfg.n_items - 1)[1])
-        if cfg.n_more > 0:
-            region = {"kind": "scroll", "text": "scrollable list", "bounds": list_bounds}
-            ma = b.add_edge(sp, scroll_string(list_bounds, "up"), "more", region, None)
-            mp = f"{sp}_{ma}"
-            for ii, it in enumerate(sec_items[cfg.n_items :]):
-                build_item(mp, it, ii)
-        for _qi in range(cfg.n_queries):
-            q = sec_items[int(rng.integers(len(sec_items)))].split()[0].lower()
-            b.add_edge(
-                sp,
-                input_string("Filter", q),
-                "query",
-                {"kind": "input", "text": "Filter", "bounds": ((40, 2100), (SCREEN_W - 40, 2220))},
-                None,
-            )
-    # ---- shortcuts (edges to pages that already exist) ----
-    all_items = list(item_page)
-    for k, it in enumerate(rng.choice(all_items, min(cfg.n_recommended, len(all_items)), replace=False)):
-        bnd = _row(cfg.n_sections + k)
-        b.add_edge(
-            root,
-            click_string(f"Recommended: {it}", bnd),
-            "shortcut",
-            {"kind": "click", "text": f"Recommended: {it}", "bounds": bnd},
-            item_page[it],
-        )
-    for it in rng.choice(all_items, min(cfg.n_search, len(all_items)), replace=False):
-        b.add_edge(
-            root,
-            input_string("Search", it.lower()),
-            "shortcut",
-            {"kind": "input", "text": "Search", "bounds": SEARCH_BOUNDS},
-            item_page[it],
-        )
-    for page in list(b.page_actions):
-        if page == root:
-            continue
-        depth = page.count("_")
-        roles = {b.roles[str(a)] for a in b.page_actions[page]}
-        if depth == 1 and rng.random() < cfg.p_popular:
-            it = all_items[int(rng.integers(len(all_items)))]
-            bnd = _row(cfg.n_items + 1)
-            b.add_edge(
-                page,
-                click_string(f"Popular: {it}", bnd),
-                "shortcut",
-                {"kind": "click", "text": f"Popular: {it}", "bounds": bnd},
-                item_page[it],
-            )
-        if "option" in roles and rng.random() < cfg.p_similar:
-            it = all_items[int(rng.integers(len(all_items)))]
-            if item_page[it] != page:
-                bnd = _row(cfg.n_options + 1)
-                b.add_edge(
-                    page,
-                    click_string(f"Similar: {it}", bnd),
-                    "shortcut",
-                    {"kind": "click", "text": f"Similar: {it}", "bounds": bnd},
-                    item_page[it],
-                )
-        b.add_edge(page, click_string("Home", HOME_BOUNDS), "home", home, root)
+        _build_section(b, cfg, rng, root, si, sec, items[si * n_per : (si + 1) * n_per], item_page)
+    all_items = list(item_page)  # ---- shortcuts (edges to pages that already exist) ----
+    _add_root_shortcuts(b, cfg, rng, root, all_items, item_page)
+    _add_page_shortcuts(b, cfg, rng, root, all_items, item_page)
     return b.app(), {"items": item_page, "sections": sections}
 
 
