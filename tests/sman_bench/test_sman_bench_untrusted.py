@@ -80,11 +80,6 @@ def test_page_names_with_dotdot_cannot_read_outside(tmp_path):
         ("all_action_id.json", lambda o: {**o, "click(Q, [0,0][1,1])": 2.5}, "id 2.5 is not an integer"),
         ("all_action_id.json", lambda o: {**o, "click(Q, [0,0][1,1])": True}, "id True is not an integer"),
         ("all_action_id.json", lambda o: {**o, "click(Q, [0,0][1,1])": "nine"}, "entry 'click(Q, [0,0][1,1])'"),
-        (
-            "all_action_id.json",
-            lambda o: {**{k: v for k, v in o.items() if v != 0}, "tap(A)": 0},
-            "entry 'tap(A)' (id 0, valid on page 'r')",
-        ),
         ("all_page_actions.json", lambda o: {"pages": o["data"]}, 'expected {"data"'),
         ("all_page_actions.json", lambda o: {"data": o["data"] + [o["data"][0]]}, "duplicate page 'r'"),
         (
@@ -114,6 +109,16 @@ def test_every_malformed_file_names_the_file_and_the_entry(tmp_path, fname, edit
     with pytest.raises(ValueError) as e:
         load_corpus(root)
     assert fname in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_unparsable_action_string_is_a_counted_skip_not_an_abort(tmp_path):
+    root, d = _app_dir(tmp_path)
+    _rewrite(d, "all_action_id.json", lambda o: {**{k: v for k, v in o.items() if v != 0}, "tap(A)": 0})
+    app = load_corpus(root).apps["r"]
+    assert app.unparsable_actions() == {0: "tap(A)"}
+    page = app.page("r")
+    assert page.skipped == [(0, "not a click/input/scroll string")]
+    assert [e.text for e in page.elements] == ["B", "Recommended: X"]
 
 
 def test_roles_empty_app_empty_corpus_and_bad_bytes(tmp_path):
@@ -223,7 +228,32 @@ def test_llm_reply_parser_regressions():
 
 
 CORPUS_PIECES = st.sampled_from(
-    ["click(", "input(", "scroll(", ", [", ", '", "'", "[", "]", ",", ")", "1", "-", "12", "][", "') ", "')", " ", "\n"]
+    [
+        "click(",
+        "click(<",
+        "scroll((",
+        "<",
+        ">",
+        'bounds="',
+        'description="',
+        "input(",
+        "scroll(",
+        ", [",
+        ", '",
+        "'",
+        "[",
+        "]",
+        ",",
+        ")",
+        "1",
+        "-",
+        "12",
+        "][",
+        "') ",
+        "')",
+        " ",
+        "\n",
+    ]
 )
 
 

@@ -11,8 +11,11 @@ from iclr26.sman_bench.generator import SMOKE_CONFIG, GeneratorConfig
 class PaperConfig:
     """Paper scale: one agent evaluated on local files (nothing downloads).
 
+    split: common (single- and multi-path on corpus_dir + tasks) | ambiguous (tasks is a released ambiguous file:
+        the walk with complete_instruct and with easy_instruct) | noisy (noisy_dir, teacher-forced).
     corpus_dir: corpus folder in the released layout (apps with their action maps and page graphs).
     tasks: tasks JSON file (complete / easy instructions, step instructions, gold paths, Q&A).
+    noisy_dir: split=noisy: a released noisy folder (<N>.json trajectories + <N>-<k>.xml screens).
     agent: oracle | oracle_gold | lexical | lexical_shortcut | random | llm.
     workers: evaluation processes.
     limit: first N tasks only (0 = all).
@@ -23,8 +26,10 @@ class PaperConfig:
     max_rounds: multi-path walk limit (20 for simple tasks, 25 for complex ones).
     """
 
+    split: str = "common"
     corpus_dir: str = ""
     tasks: str = ""
+    noisy_dir: str = ""
     agent: str = "lexical_shortcut"
     workers: int = 1
     limit: int = 0

@@ -88,19 +88,50 @@ def swipe_direction(start, end) -> str:
 _CLICK = re.compile(r"^click\((.*), \[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]\)$", re.S)
 _INPUT = re.compile(r"^input\((.*), '(.*)'\)$", re.S)
 _SCROLL = re.compile(r"^scroll\(\[(-?\d+),(-?\d+)\], \[(-?\d+),(-?\d+)\]\)$")
+# released Mobile3M forms: scroll(str(([xs, ys], [xe, ye]))) and click(<html line>) / input(<html line>, 'text')
+_SCROLL_TUPLE = re.compile(r"^scroll\(\(\[ ?(-?\d+), ?(-?\d+)\], ?\[ ?(-?\d+), ?(-?\d+)\]\)\)$")
+_HTML_BOUNDS = re.compile(r'bounds="\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]"')
+_HTML_DESC = re.compile(r'description="([^"]*)"')
+
+
+def html_line_element(line: str) -> tuple[str, Bounds | None]:
+    r"""Text and bounds of one line of a page's ``-html.txt`` (the released ``click(<html line>)`` form).
+
+    Text: what stands between the first ``>`` and the next ``<`` (the element's text, as the released
+    ``actions_generate`` reads it with ``>\s*([^<>]+)\s*<``), else the ``description`` attribute. Bounds: the
+    ``bounds="[x1,y1][x2,y2]"`` attribute when the line has one, else None. Linear time (no backtracking)."""
+    i = line.find(">")
+    j = line.find("<", i + 1) if i >= 0 else -1
+    text = line[i + 1 : j].strip() if j > i >= 0 else ""
+    if not text and (d := _HTML_DESC.search(line)):
+        text = d.group(1).strip()
+    b = _HTML_BOUNDS.search(line)
+    bounds = ((int(b.group(1)), int(b.group(2))), (int(b.group(3)), int(b.group(4)))) if b else None
+    return text, bounds
 
 
 def parse_action_string(s: str) -> dict:
     """Parse an action string into ``{"kind", ...}``; raises ValueError on anything else (linear time: the
-    closing-suffix checks come first, so the greedy groups never backtrack over a long non-matching tail)."""
+    closing-suffix checks come first, so the greedy groups never backtrack over a long non-matching tail).
+
+    Accepted forms: ``click(<text>, [x1,y1][x2,y2])``, ``input(<field>, '<text>')``, ``scroll([xs,ys], [xe,ye])``
+    (our writer) and the released Mobile3M keys ``click(<html line>)``, ``input(<html line>, '<text>')``
+    (element text and bounds read from the line, see :func:`html_line_element`; ``"html"`` keeps the line)
+    and ``scroll(([xs, ys], [xe, ye]))`` (Python's ``str`` of the released endpoint tuple)."""
     if not isinstance(s, str):
         raise ValueError(f"not an action string: {type(s).__name__}")
     if s.endswith(")") and (m := _CLICK.match(s)):
         x1, y1, x2, y2 = (int(v) for v in m.groups()[1:])
         return {"kind": "click", "text": m.group(1), "bounds": ((x1, y1), (x2, y2))}
+    if s.startswith("click(<") and s.endswith(")"):
+        text, bounds = html_line_element(s[6:-1])
+        return {"kind": "click", "text": text, "bounds": bounds, "html": s[6:-1]}
     if s.endswith("')") and (m := _INPUT.match(s)):
-        return {"kind": "input", "field": m.group(1), "text": m.group(2)}
-    if m := _SCROLL.match(s):
+        field, html = m.group(1), None
+        if field.startswith("<"):
+            html, (field, _) = field, html_line_element(field)
+        return {"kind": "input", "field": field, "text": m.group(2), **({"html": html} if html else {})}
+    if m := (_SCROLL.match(s) or _SCROLL_TUPLE.match(s)):
         xs, ys, xe, ye = (int(v) for v in m.groups())
         return {"kind": "scroll", "start": (xs, ys), "end": (xe, ye), "direction": swipe_direction((xs, ys), (xe, ye))}
     raise ValueError(f"not an action string: {s[:200]!r}")
@@ -132,6 +163,8 @@ class Page:
     elements: list[UIElement] = field(default_factory=list)
     # (index, arg) -> action id; arg is None for clicks, the lower-cased text for inputs, the direction for scrolls
     lookup: dict[tuple[int, str | None], int] = field(default_factory=dict)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    """valid action ids of the page that the agent cannot be shown, with the reason (an unparsable string)."""
 
     def resolve(self, kind: str, index, arg=None) -> int | None:
         """Corpus action id for an agent action on this page, or None when it is not valid here."""
@@ -186,6 +219,16 @@ class App:
         self.T: dict[tuple[str, int], str] = {(s, int(a)): d for s, a, d in self.triples}
         self._pages: dict[str, Page] = {}
 
+    def unparsable_actions(self) -> dict[int, str]:
+        """Action ids whose strings none of the known forms parses (:meth:`page` skips them), with the string."""
+        out = {}
+        for aid, text in self.id_to_action.items():
+            try:
+                parse_action_string(text)
+            except ValueError:
+                out[aid] = text[:120]
+        return out
+
     @property
     def root(self) -> str:
         return page_root(next(iter(self.page_actions)))
@@ -202,7 +245,12 @@ class App:
         fields: dict[str, int] = {}
         regions: dict[tuple[int, int], int] = {}
         for aid in self.page_actions.get(name, []):
-            p = parse_action_string(self.id_to_action[aid])
+            try:
+                p = parse_action_string(self.id_to_action[aid])
+            except (KeyError, ValueError) as exc:  # a bad entry never aborts a run: skipped, with its reason
+                reason = "unknown action id" if isinstance(exc, KeyError) else "not a click/input/scroll string"
+                page.skipped.append((aid, reason))
+                continue
             if p["kind"] == "click":
                 page.elements.append(UIElement("click", p["text"], p["bounds"]))
                 page.lookup[(len(page.elements) - 1, None)] = aid
@@ -467,7 +515,9 @@ def _roles(obj, path: Path, known: dict[int, str]) -> dict[str, str]:
 
 def load_app(app_dir: str | Path, read_xml: bool = False, corpus_root: str | Path | None = None) -> App:
     """Read one Mobile3M-style app directory; nothing outside ``corpus_root`` (default: the app directory)
-    is read. Raises ValueError naming the file and the entry on bad content."""
+    is read. Raises ValueError naming the file and the entry on bad structure (types, ids, unknown or duplicate
+    ids). An action string that no known form parses is not an error: :meth:`App.page` leaves it out of the
+    page's elements and records it in ``Page.skipped``; :meth:`App.unparsable_actions` lists them."""
     d = Path(app_dir)
     boundary = Path(corpus_root if corpus_root is not None else d).resolve()
     _inside(boundary, d)
@@ -479,15 +529,6 @@ def load_app(app_dir: str | Path, read_xml: bool = False, corpus_root: str | Pat
         triples = _triples(_read_json(boundary, d / names[2]), d / names[2], known)
     except FileNotFoundError as exc:
         raise ValueError(f"{d}: not a Mobile3M app directory (missing {Path(exc.filename).name})") from None
-    for page, ids in page_actions.items():  # App.page parses these; fail here, naming the entry
-        for a in ids:
-            try:
-                parse_action_string(known[a])
-            except ValueError:
-                raise ValueError(
-                    f"{d / names[0]}: entry {known[a][:80]!r} (id {a}, valid on page {page!r}): "
-                    "not a click/input/scroll action string"
-                ) from None
     opt = {n: d / n for n in ("all_page_id.json", "roles.json")}
     page_ids = (
         _id_map(_read_json(boundary, opt["all_page_id.json"], twice=True), opt["all_page_id.json"], "page names")

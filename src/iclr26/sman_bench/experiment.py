@@ -205,19 +205,22 @@ def _mean(per_seed: list[dict], *path) -> float:
 
 
 def run_paper(ctx: RunContext) -> RunOutput:
-    from iclr26.sman_bench.paper import evaluate_directory
+    from iclr26.sman_bench.paper import evaluate_directory, evaluate_noisy_dir
 
     pc = ctx.cfg.paper
-    corpus_dir, tasks = ctx.require_path("paper.corpus_dir"), ctx.require_path("paper.tasks")
     opts = {"model": pc.model, "seed": pc.seed, "max_rounds": pc.max_rounds}
     if pc.base_url:
         opts["base_url"] = pc.base_url
     if pc.api_key_env:
         opts["api_key_env"] = pc.api_key_env
     try:
-        res = evaluate_directory(
-            corpus_dir, tasks, agent=pc.agent, workers=pc.workers, options=opts, limit=pc.limit or None
-        )
+        if pc.split == "noisy":
+            res = evaluate_noisy_dir(ctx.require_path("paper.noisy_dir"), agent=pc.agent, options=opts)
+        else:
+            corpus_dir, tasks = ctx.require_path("paper.corpus_dir"), ctx.require_path("paper.tasks")
+            res = evaluate_directory(
+                corpus_dir, tasks, pc.agent, pc.workers, options=opts, limit=pc.limit or None, split=pc.split
+            )
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
     return RunOutput(
@@ -225,7 +228,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
         measured={},
         notes=[
             "paper scale evaluates one agent on local files; the claims are measured at small "
-            "scale on synthetic corpora (see README)."
+            "scale on synthetic corpora (see README).",
+            f"{res['n_skipped']} records/tasks skipped (reasons in metrics.paper.skip_reasons)",
         ],
     )
 

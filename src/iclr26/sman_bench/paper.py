@@ -43,14 +43,23 @@ def task_from_record(rec: dict, corpus: Corpus) -> Task:
     )
 
 
-def load_tasks(path: str | Path, corpus: Corpus) -> list[Task]:
-    data = json.loads(Path(path).read_text())
+def load_tasks(path: str | Path, corpus: Corpus, skipped: list | None = None) -> list[Task]:
+    """Task records of a common-split file. A record that cannot be used (no ``name``, a target page in no app of
+    the corpus) is appended to ``skipped`` as ``(record, reason)`` when a list is given, else it raises."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     if isinstance(data, dict):
         data = data.get("data", list(data.values()))
-    tasks = [task_from_record(r, corpus) for r in data]
-    missing = [t.name for t in tasks if t.app not in corpus.apps]
-    if missing:
-        raise ValueError(f"{len(missing)} tasks point to apps missing from the corpus, e.g. {missing[0]}")
+    tasks = []
+    for i, r in enumerate(data):
+        try:
+            t = task_from_record(r, corpus)
+            if t.app not in corpus.apps:
+                raise ValueError(f"app {t.app!r} is not in the corpus")
+            tasks.append(t)
+        except (KeyError, ValueError) as exc:
+            if skipped is None:
+                raise ValueError(f"{path}: record {i}: {exc}") from None
+            skipped.append((f"{Path(path).name}[{i}]", str(exc)))
     return tasks
 
 
@@ -90,16 +99,40 @@ def _init(corpus_dir: str, agent: str, options: dict):
     _W["agent"], _W["options"] = agent, options
 
 
-def _run_one(rec: dict) -> dict:
-    corpus = _W["corpus"]
-    task = Task.from_json(rec)
-    agent = make_agent(_W["agent"], corpus, _W["options"])
-    max_rounds = int(_W["options"].get("max_rounds", 20))
-    mp = multi_path_episode(corpus, task, agent, max_rounds=max_rounds)
-    sp = single_path_episode(corpus, task, make_agent(_W["agent"], corpus, _W["options"]))
+def _episodes(corpus, task, make, max_rounds: int, split: str) -> dict:
+    if split == "ambiguous":  # the released ambiguous runs: easy_instruct vs complete_instruct (with its Q&A)
+        rows = {}
+        for key, instr in (("complete", "complete"), ("easy", "easy")):
+            rows[key] = multi_path_episode(corpus, task, make(), max_rounds, instruction=instr, allow_ask=True)
+        return {f"{k}_{m}": v for k, r in rows.items() for m, v in r.items() if m != "final_page"}
+    mp = multi_path_episode(corpus, task, make(), max_rounds=max_rounds)
+    sp = single_path_episode(corpus, task, make())
     return {
         **{f"multi_{k}": v for k, v in mp.items() if k != "final_page"},
         **{f"single_{k}": v for k, v in sp.items()},
+    }
+
+
+def _run_one(rec: dict) -> dict:
+    """One task's metrics, or ``{"skipped": reason}``: a bad page or record never aborts the run."""
+    corpus, opts = _W["corpus"], _W["options"]
+    try:
+        task = Task.from_json(rec)
+        make = lambda: make_agent(_W["agent"], corpus, opts)  # noqa: E731
+        return _episodes(corpus, task, make, int(opts.get("max_rounds", 20)), opts.get("split", "common"))
+    except Exception as exc:  # noqa: BLE001 - counted with its reason, reported by evaluate_directory
+        return {"skipped": f"{rec.get('name', '?')}: {type(exc).__name__}: {str(exc)[:160]}"}
+
+
+def summarize_rows(rows: list[dict], skipped: list[tuple[str, str]]) -> dict:
+    """Means over the evaluated tasks, plus the skip count and the first reasons."""
+    done = [r for r in rows if "skipped" not in r]
+    skips = list(skipped) + [("task", r["skipped"]) for r in rows if "skipped" in r]
+    return {
+        "n_tasks": len(done),
+        "n_skipped": len(skips),
+        "skip_reasons": [f"{w}: {why}" for w, why in skips[:20]],
+        **mean_metrics(done),
     }
 
 
@@ -110,11 +143,24 @@ def evaluate_directory(
     workers: int = 1,
     options: dict | None = None,
     limit: int | None = None,
+    split: str = "common",
 ) -> dict:
-    """Single- and multi-path metrics of ``agent`` on a local corpus + task file (``workers`` processes)."""
-    options = dict(options or {})
+    """Metrics of ``agent`` on a local corpus + task file (``workers`` processes). ``split``: "common" (single- and
+    multi-path) or "ambiguous" (a released ambiguous task file: the walk with ``complete_instruct`` and with
+    ``easy_instruct``, asks answered from the record's Q&A). Bad records and tasks whose pages fail are skipped
+    and counted (``n_skipped``, ``skip_reasons``); action strings no known form parses are counted per corpus."""
+    if split not in ("common", "ambiguous"):
+        raise ValueError(f"split must be 'common' or 'ambiguous', got {split!r}")
+    options = {**(options or {}), "split": split}
     corpus = load_corpus(corpus_dir)
-    tasks = load_tasks(tasks_file, corpus)[:limit]
+    skipped: list[tuple[str, str]] = []
+    if split == "ambiguous":
+        from iclr26.sman_bench.released import load_ambiguous_tasks
+
+        tasks, skipped = load_ambiguous_tasks(tasks_file, corpus)
+    else:
+        tasks = load_tasks(tasks_file, corpus, skipped)
+    tasks = tasks[:limit]
     make_agent(agent, corpus, options)  # validate before forking
     recs = [t.to_json() for t in tasks]
     if workers <= 1:
@@ -123,4 +169,29 @@ def evaluate_directory(
     else:
         with ProcessPoolExecutor(workers, initializer=_init, initargs=(str(corpus_dir), agent, options)) as ex:
             rows = list(ex.map(_run_one, recs, chunksize=max(1, len(recs) // (4 * workers))))
-    return {"n_tasks": len(rows), "agent": agent, **mean_metrics(rows)}
+    bad = {a: app.unparsable_actions() for a, app in corpus.apps.items()}
+    return {
+        "agent": agent,
+        "split": split,
+        "unparsable_action_strings": sum(len(v) for v in bad.values()),
+        **summarize_rows(rows, skipped),
+    }
+
+
+def evaluate_noisy_dir(folder: str | Path, agent: str = "lexical_shortcut", options: dict | None = None) -> dict:
+    """A released noisy folder, teacher-forced (:func:`evaluate.noisy_episode`), with our scoring and the released
+    one (``compat``, micro-averaged as in ``noise_data_test``). Agents that need the corpus graph are refused."""
+    from iclr26.sman_bench.evaluate import noisy_episode
+    from iclr26.sman_bench.released import load_noisy_dir
+
+    if agent.startswith("oracle"):
+        raise ValueError("the noisy split has no corpus graph: oracle agents are not available")
+    episodes, skipped = load_noisy_dir(folder)
+    rows, crows = [], []
+    for ep in episodes:
+        rows.append(noisy_episode(ep, make_agent(agent, None, options)))
+        crows.append(noisy_episode(ep, make_agent(agent, None, options), compat=True))
+    out = {"agent": agent, "split": "noisy", **summarize_rows(rows, skipped)}
+    if crows:
+        out.update({f"compat_{k}": v for k, v in mean_metrics(crows, micro=True).items()})
+    return out
