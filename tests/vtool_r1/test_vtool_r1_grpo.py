@@ -21,14 +21,19 @@ def _pad(toks, n):
 
 
 def _scripted(monkeypatch, round1, round2):
-    """Replace sampling: row i of round 1 emits round1[i]; round-2 rows emit round2 (in order)."""
-    calls = {"n": 0}
+    """Replace sampling: row i of round 1 emits round1[i]; round-2 rows emit round2 (in order of the calls:
+    successful calls first, then failed ones)."""
+    calls = {"n": 0, "round2_images": []}
 
     def fake(model, mode_ids, images, prefix, max_new, stop_ids, temperature, generator):
         calls["n"] += 1
+        if max_new != R1_LEN:  # (rows, number of images, OBS token) of every round-2 call
+            calls["round2_images"].append((prefix.shape[0], len(images), int(prefix[0, -1])))
         if max_new == R1_LEN:
             return torch.tensor([_pad(t, R1_LEN) for t in round1])
-        return torch.tensor([_pad(round2[j], ANS_LEN) for j in range(prefix.shape[0])])
+        done, n = len(calls["round2_images"]) - 1, prefix.shape[0]
+        first = sum(rows for rows, _, _ in calls["round2_images"][:done])  # round-2 rows in order over calls
+        return torch.tensor([_pad(round2[first + j], ANS_LEN) for j in range(n)])
 
     monkeypatch.setattr(R, "sample_tail", fake)
     return calls
@@ -45,19 +50,21 @@ def _batch():
 
 def test_masks_v2(monkeypatch):
     s, r1, r2 = _batch()
-    _scripted(monkeypatch, r1, r2)
+    calls = _scripted(monkeypatch, r1, r2)
     ro = R.rollout_tools(TinyToolVLM(TINY), [s] * 3, torch.zeros(3, dtype=torch.long), ToolExecutor(), 1.0, 1.0, "v2")
     m = ro.mask
     # direct: the 3 round-1 tokens are trainable (targets tail[Q..Q+2] predicted at Q-1..Q+1)
     assert m[0].nonzero().flatten().tolist() == [Q_LEN - 1, Q_LEN, Q_LEN + 1] and ro.n_images[0] == 1
     # tool ok and tool failed (v2 still runs round 2): only the answer + EOS; y' and OBS are 0
     for i in (1, 2):
-        assert m[i].nonzero().flatten().tolist() == [Q_LEN + R1_LEN, Q_LEN + R1_LEN + 1] and ro.n_images[i] == 2
+        assert m[i].nonzero().flatten().tolist() == [Q_LEN + R1_LEN, Q_LEN + R1_LEN + 1]
         assert m[i, : Q_LEN + R1_LEN].sum() == 0
     assert ro.tool_ok.tolist() == [False, True, False] and ro.called.tolist() == [False, True, True]
     assert ro.tail[1, Q_LEN + R1_LEN] == ID["OBS"] and ro.tail[2, Q_LEN + R1_LEN] == ID["OBS_FAIL"]
     assert ro.rewards.tolist() == [1.0, 1.0, 0.0]  # reward of y (the final segment)
-    assert (ro.img2[2] == 255).all() and not (ro.img2[1] == ro.img1[1]).all()
+    # the failed call's round 2 gets the failure text only: no second (blank) image, in sampling and training
+    assert ro.n_images.tolist() == [1, 2, 1] and not (ro.img2[1] == ro.img1[1]).all()
+    assert sorted(calls["round2_images"]) == [(1, 1, ID["OBS_FAIL"]), (1, 2, ID["OBS"])]
 
 
 def test_masks_v1_failure_trains_round1(monkeypatch):

@@ -2,8 +2,10 @@
 
 A chart is a 48x48 RGB image with eight 6-px slots; K in {5..8} random slots hold a grey bar of height
 1-9 units (4 px per unit, baseline at y=40) and, below it, a 3x3 colour swatch whose colour name is the
-bar's label ("x value"). The metadata ``bboxes`` maps each label to the bbox of its bar column (bar and
-swatch), in ReFocus's ``{"x1","y1","x2","y2"}`` format, so the real ReFocus tools run on it unchanged.
+bar's label ("x value"). The metadata ``bboxes`` maps each label to the bbox of its 6-px slot (the bar
+column with its swatch and the blank pixel on each side), in ReFocus's ``{"x1","y1","x2","y2"}`` format, so
+the real ReFocus tools run on it unchanged (a box of only the 4-px bar would be refused by the v1 tools,
+whose 2-px inset on each side leaves nothing of it).
 
 Question types (:data:`QUESTION_TYPES`):
 
@@ -89,7 +91,7 @@ def render(
         x1 = s * SLOT_W + 1
         d.rectangle([x1, BASE_Y - UNIT * h, x1 + 3, BASE_Y - 1], fill=BAR_RGB)
         d.rectangle([x1, SWATCH_Y, x1 + 2, SWATCH_Y + 2], fill=COLORS[lab])
-        bboxes[lab] = {"x1": x1, "y1": 2, "x2": x1 + 3, "y2": SWATCH_Y + 3}
+        bboxes[lab] = {"x1": s * SLOT_W, "y1": 2, "x2": s * SLOT_W + SLOT_W - 1, "y2": SWATCH_Y + 3}
     arr = np.asarray(img, dtype=np.uint8).copy()
     if noise > 0 and rng is not None:
         arr = np.clip(arr.astype(np.int16) + rng.integers(-noise, noise + 1, arr.shape), 0, 255).astype(np.uint8)

@@ -4,8 +4,12 @@
   to ``... TERMINATE``, then ``ANSWER:``, then the raw text.
 * :func:`exact_match_reward`: the tiny-scale judge (normalised exact match; multiple answers joined by
   ``||`` match ground truths joined by ``|||`` in any order).
-* :func:`refocus_score`: the official no-judge fallback (numeric pairs score ``1 − |a−b|/max(|a|,|b|)``,
-  strings exact; score = Σ best / #gt).
+* :func:`refocus_score`: the official no-judge score of a whole response (``compute_score`` in the official
+  ``examples/reward_function/refocus.py``): the first ``FINAL ANSWER:`` match of the v1 regex *without*
+  DOTALL (an answer followed by a newline before any period has no match: 0), split on ``||``; each answer
+  scores its best ground truth (``|||``-separated): numbers (Python ``float``, so no ``1,000`` or ``12%``)
+  ``1 − |a−b|/max(|a|,|b|)`` (0 if one is 0, 1 if equal), other strings case-sensitive equality; the score
+  is the SUM over answers divided by the number of ground truths (``5||5`` against ``5`` scores 2).
 * :class:`JudgeClient`: the LLM judge of the real scale through an OpenAI-compatible ``/chat/completions``
   endpoint (v2 style: temperature 0, reply "1"/"0") via :mod:`iclr26.core.http`; a network or parse failure
   never raises and never scores 0 silently: it falls back to :func:`heuristic_reward` and is counted.
@@ -28,6 +32,8 @@ __all__ = [
     "extract_final_answer",
     "heuristic_reward",
     "process_reward",
+    "official_final_answer",
+    "refocus_answer_score",
     "refocus_score",
 ]
 
@@ -85,34 +91,91 @@ def exact_match_reward(answer: str | None, ground_truth: str) -> float:
     return float(bool(want) and got == want)
 
 
-def _num(s: str) -> float | None:
+def _float(s: str) -> float | None:
+    """``float(s)`` as the official ``is_number`` accepts it (blanks around, ``1e3``, ``inf``), else None."""
     try:
-        return float(s.replace(",", "").replace("%", "").strip())
-    except ValueError:
+        return float(s)
+    except (ValueError, OverflowError):
         return None
 
 
-def refocus_score(answer: str | None, ground_truth: str) -> float:
-    """The official heuristic fallback: mean over ground truths of the best-matching answer's score."""
-    if answer is None:
-        return 0.0
-    answers = [a.strip() for a in answer.split("||") if a.strip()]
-    gts = [g.strip() for g in ground_truth.split("|||") if g.strip()]
-    if not gts:
-        return 0.0
+_AT_END = "\n"
+
+
+def _line_final(text: str, start: int) -> str | None:
+    """Group 1 of ``FINAL ANSWER:\\s*(.*?)(?=\\.\\s|\\.?$)`` (no DOTALL) for the occurrence whose colon ends at
+    ``start``: skip blanks (newlines too), then the shortest run of non-newline characters followed by ``". "``
+    (a period and any blank), by the end of the text or the final newline, or by a period there. None if the
+    line ends first. (If the greedy blank skip fails, the shorter skips fail too: they end on the same line.)"""
+    n = len(text)
+    j = start
+    while j < n and text[j].isspace():
+        j += 1
+    s = j
+
+    def at_end(k: int) -> bool:  # the regex's $ without MULTILINE
+        return k == n or (k == n - 1 and text[k] == _AT_END)
+
+    while True:
+        if at_end(j):
+            return text[s:j]
+        if text[j] == "." and (j + 1 < n and text[j + 1].isspace() or at_end(j + 1)):
+            return text[s:j]
+        if text[j] == _AT_END:
+            return None
+        j += 1
+
+
+def official_final_answer(text: str) -> str | None:
+    """The first match of the official ``refocus.py`` answer regex (``re.findall(...)[0]``, no DOTALL), or
+    None; linear time (the regex rescans a failing line from every ``FINAL ANSWER:`` on it)."""
+    if not isinstance(text, str):
+        return None
+    key, failed_to, p = "FINAL ANSWER:", -1, text.find("FINAL ANSWER:")
+    while p >= 0:
+        c = p + len(key)
+        j = c
+        while j < len(text) and text[j].isspace():
+            j += 1
+        if j > failed_to:  # a start inside an already failed line fails the same way
+            got = _line_final(text, c)
+            if got is not None:
+                return got
+            failed_to = text.find(_AT_END, j)
+            if failed_to < 0:
+                break
+        p = text.find(key, max(c, j))
+    return None
+
+
+def refocus_answer_score(answer: str, ground_truth: str) -> float:
+    """The official per-answer part: Σ over ``answer.split("||")`` of the best score against
+    ``ground_truth.split("|||")``, divided by the number of ground truths (no stripping, no lower-casing)."""
+    gts = ground_truth.split("|||")
     total = 0.0
-    for g in gts:
-        best = 0.0
-        for a in answers:
-            ga, aa = _num(g), _num(a)
-            if ga is not None and aa is not None:
-                denom = max(abs(ga), abs(aa))
-                s = 1.0 if denom == 0 else max(0.0, 1.0 - abs(ga - aa) / denom)
-            else:
-                s = float(_norm(a) == _norm(g))
-            best = max(best, s)
-        total += best
-    return total / len(gts)
+    for a in answer.split("||"):
+        scores = []
+        for g in gts:
+            fa, fg = _float(a), _float(g)
+            if fa is not None and fg is not None:
+                if fg == fa:
+                    scores.append(1.0)
+                elif fg == 0 or fa == 0:
+                    scores.append(0.0)
+                else:
+                    scores.append(1.0 - abs(fg - fa) / max(abs(fg), abs(fa)))
+            elif a == g:
+                scores.append(1.0)
+        if scores:
+            total += max(scores)
+    return total / max(1, len(gts))
+
+
+def refocus_score(response: str | None, ground_truth: str) -> float:
+    """The official no-judge score of a whole response (see the module docstring); 0 without a match. It is
+    not bounded to [0, 1] (repeated answers add up; numbers of opposite sign score below 0)."""
+    ans = official_final_answer(response)
+    return 0.0 if ans is None else refocus_answer_score(ans, ground_truth)
 
 
 def process_reward(outcome: float, tool_called: bool, tool_ok: bool, bonus: float = 0.5, penalty: float = 0.5) -> float:
@@ -130,8 +193,14 @@ JUDGE_SYSTEM = (
 
 
 def heuristic_reward(answer: str | None, ground_truth: str) -> float:
-    """The no-judge outcome reward: 1 if the ReFocus score is >= 0.95 or the answers match exactly."""
-    return float(refocus_score(answer, ground_truth) >= 0.95 or exact_match_reward(answer, ground_truth))
+    """Our 0/1 no-judge reward of an extracted answer (not official): the answers match exactly (normalised,
+    any order), or there are as many answers as ground truths and their official ReFocus score is >= 0.95."""
+    if answer is None:
+        return 0.0
+    if exact_match_reward(answer, ground_truth):
+        return 1.0
+    same_count = len(answer.split("||")) == len(ground_truth.split("|||"))
+    return float(same_count and 0.95 <= refocus_answer_score(answer, ground_truth) <= 1.0)
 
 
 @dataclass(frozen=True)

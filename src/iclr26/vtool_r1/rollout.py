@@ -14,11 +14,13 @@ direct (notool)    [BOS TOOLS][I][x, y']                y' (round-1 tokens)     
 tool, v2           [BOS TOOLS][I][I'][x, y', OBS, y]    y only (y' and OBS are 0)     y
 tool ok, v1        same as v2 (sample replaced)         y only                        y
 tool failed, v1    [BOS TOOLS][I][x, y']                y' (gets the reward-0 push)   y' (no FINAL ANSWER)
-tool failed, v2    [BOS TOOLS][I][blank][x, y', OBS_FAIL, y]  y only                  y
+tool failed, v2    [BOS TOOLS][I][x, y', OBS_FAIL, y]   y only                        y
 pure (text GRPO)   [BOS PURE][I][x, y]                  y                             y
 =================  ==================================  ============================  ==========================
 
-``train_tool_tokens=True`` (NOT the paper) additionally makes y' trainable on the tool path.
+A failed v2 call gets the failure observation as text only and no second image (the official agent loop
+appends an image only on success). ``train_tool_tokens=True`` (NOT the paper) additionally makes y' trainable
+on the tool path.
 """
 
 from __future__ import annotations
@@ -194,32 +196,35 @@ def rollout_tools(
             if res.ok and res.image is not None and res.image.shape == img1[i].shape:
                 img2[i], tool_ok[i] = res.image, True
 
-    # ---- round 2 for every tool call (v1: successful ones only)
+    # ---- round 2 for every tool call (v1: successful ones only); I' joins the input only on success
     second = [i for i in range(B) if called[i] and (tool_ok[i] or version == "v2")]
     tail = torch.full((B, TAIL_LEN), ID["PAD"])
     tail[:, :Q_LEN] = q
     tail[:, Q_LEN : Q_LEN + R1_LEN] = y1
     n_images = torch.ones(B, dtype=torch.long)
     y2_texts = [""] * B
-    if second:
-        idx = torch.tensor(second)
-        obs = torch.where(tool_ok[idx], ID["OBS"], ID["OBS_FAIL"])
-        prefix = torch.cat([q[idx], y1[idx], obs[:, None]], 1)
-        y2 = sample_tail(
-            model, mode[idx], [img1[second], img2[second]], prefix, ANS_LEN, (ID["EOS"],), round2_temperature, generator
-        )
-        tail[idx, Q_LEN + R1_LEN] = obs
+    for ok in (True, False):
+        rows = [i for i in second if bool(tool_ok[i]) == ok]
+        if not rows:
+            continue
+        idx = torch.tensor(rows)
+        obs = torch.full((len(rows), 1), ID["OBS"] if ok else ID["OBS_FAIL"])
+        images = [img1[rows], img2[rows]] if ok else [img1[rows]]
+        prefix = torch.cat([q[idx], y1[idx], obs], 1)
+        y2 = sample_tail(model, mode[idx], images, prefix, ANS_LEN, (ID["EOS"],), round2_temperature, generator)
+        tail[idx, Q_LEN + R1_LEN] = obs[:, 0]
         tail[idx, Q_LEN + R1_LEN + 1 :] = y2
-        n_images[idx] = 2
-        for j, i in enumerate(second):
+        n_images[idx] = len(images)
+        for j, i in enumerate(rows):
             y2_texts[i] = answer_text(y2[j])
 
     mask = torch.zeros(B, TAIL_LEN - 1)
     rewards = torch.zeros(B)
     texts = []
+    in_second = set(second)
     for i, s in enumerate(samples):
         n1 = _first_stop(y1[i], r1_stops)
-        if n_images[i] == 2:  # trainable: y only (positions predicting tail[Q+R1+1 : ...])
+        if i in in_second:  # trainable: y only (positions predicting tail[Q+R1+1 : ...])
             n2 = _first_stop(tail[i, Q_LEN + R1_LEN + 1 :], (ID["EOS"],))
             start = Q_LEN + R1_LEN  # mask index j trains tail[j + 1]
             mask[i, start : start + n2] = 1

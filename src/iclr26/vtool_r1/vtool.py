@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor
 
 from iclr26.core.grpo import group_advantages, kl_k3, policy_loss
@@ -217,13 +218,15 @@ def sft_batch(
             rand_labels = [str(x) for x in rng.choice(s.labels, size=int(rng.integers(1, 3)), replace=False)]
             if rng.random() < cfg.informative_edit:  # ... unless the edit is the one the call asked for
                 rand_labels = [VOCAB[t] for t in call[3:-1]]
-            from PIL import Image
-
             axis = {"COL": "columns", "ROW": "rows"}[dim]
-            edit = apply_tool(
-                Image.fromarray(s.image), rand_labels, s.bboxes, axis=axis, op=op.lower(), version=executor.version
-            )
-            img2[i] = np.asarray(edit)
+            chart = Image.fromarray(s.image)
+            try:
+                edit = apply_tool(
+                    chart, rand_labels, s.bboxes, axis=axis, op=op.lower(), tools_version=executor.version
+                )
+            except (KeyError, ValueError):  # a call the official tool refuses: I' is the unchanged chart
+                edit = chart
+            img2[i] = np.asarray(edit.convert("RGB"))
             n_images[i] = 2
             tail[i, Q_LEN : Q_LEN + len(call)] = torch.tensor(call)
             tail[i, Q_LEN + R1_LEN] = ID["OBS"]
