@@ -87,6 +87,8 @@ def test_greedy_flag_true_for_the_argmax_continuation():
     assert greedy
     wrong = [(ids[-1] + 1) % 256]
     assert not lm.score_tokens([(ids[:-1], wrong)])[0][1]
+    # greedy means every continuation token is the argmax: two right, the last one wrong is not greedy
+    assert not lm.score_tokens([(ctx, ids[len(ctx) : -1] + wrong)])[0][1]
 
 
 def test_padding_and_batching_do_not_change_scores():
@@ -147,3 +149,15 @@ def test_generate_until_is_greedy_and_stops():
     assert out == full[: full.index(stop)]
     with pytest.raises(NotImplementedError):
         lm.generate_until([_req(ctx, {"do_sample": True, "temperature": 1.0})])
+
+
+def test_save_and_load_trained_round_trip(tmp_path):
+    from iclr26.mesh.train import load_trained, save_trained
+
+    model = _model()
+    save_trained(model, tmp_path)
+    back = load_trained(tmp_path)
+    assert back.cfg == model.cfg
+    x = torch.randint(0, 257, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), model(x), atol=0, rtol=0)

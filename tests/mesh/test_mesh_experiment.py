@@ -132,7 +132,16 @@ def test_competence_gate_rule():
     assert g["passed"] and g["gap"] == pytest.approx(0.03)
     assert not competence_gate(vanilla=2.42, base=2.43, min_gap=0.02)["passed"]  # gap 0.01 < 0.02
     assert not competence_gate(vanilla=2.45, base=2.43, min_gap=0.02)["passed"]  # vanilla worse than base
-    assert competence_gate(vanilla=2.41, base=2.43, min_gap=0.02)["passed"]  # gap exactly 0.02 passes
+    assert competence_gate(vanilla=2.0, base=2.25, min_gap=0.25)["passed"]  # a gap exactly at the bound passes
+
+
+def test_router_init_reaches_the_mesh_arm():
+    from iclr26.mesh.config import config_for
+    from iclr26.mesh.experiment import model_config
+
+    s = replace(config_for("small"), router_init="passthrough")
+    assert model_config(s, "mesh").router_init == "passthrough"
+    assert model_config(config_for("small"), "mesh").router_init == "normal"
 
 
 def test_smoke_records_the_gate_and_workers_do_not_change_numbers(tmp_path):
