@@ -74,6 +74,7 @@ def test_loglikelihood_equals_direct_sum_and_moves_trailing_space():
         assert lp == pytest.approx(want, abs=1e-4)
         assert greedy == want_greedy
     assert lm.encode_pair("import os ", "path") == (tok.encode("import os"), tok.encode(" path"))
+    assert lm.encode_pair("  ", "x") == ([EOT], tok.encode("  x"))  # whitespace-only context: end-of-text
 
 
 def test_greedy_flag_true_for_the_argmax_continuation():

@@ -110,7 +110,7 @@ class MeshLM(_HarnessLM):
             context, continuation = context[:-n_space], context[-n_space:] + continuation
         whole = self.tok_encode(context + continuation)
         ctx = self.tok_encode(context)
-        return ctx, whole[len(ctx) :]
+        return (ctx or [self.eot_token_id]), whole[len(ctx) :]  # a whitespace-only context acts as an empty one
 
     # ---- scoring ----
     @torch.no_grad()
