@@ -63,3 +63,28 @@ def test_headway_and_w1_hand_cases(run):
     assert wasserstein1([0.0, 1.0], [0.0, 1.0]) == 0.0
     assert wasserstein1([0.0], [2.0]) == pytest.approx(2.0)
     assert wasserstein1([], [1.0]) == float("inf")
+
+
+def test_cut_segments_work_is_linear_in_lane_length(monkeypatch):
+    """Interpolation work (query points + polyline points, summed over np.interp calls) grows 10x from a 2 km
+    to a 20 km lane (a per-piece interpolation over the whole lane grew 100x: 20 km took 0.14 s, 200 km 12.6 s)."""
+    from iclr26.infgen import world
+
+    work = []
+    real = np.interp
+
+    def counting(x, xp, fp, *a, **kw):
+        work.append(np.size(x) + np.size(xp))
+        return real(x, xp, fp, *a, **kw)
+
+    monkeypatch.setattr(world.np, "interp", counting)
+
+    def cost(metres):
+        work.clear()
+        xy = np.stack([np.linspace(0, metres, 2 * metres + 1), np.zeros(2 * metres + 1)], 1)
+        pieces = world.cut_segments(xy, 10.0, 11)
+        assert len(pieces) == metres // 10 and all(p.shape == (11, 2) for p in pieces)
+        assert np.allclose(pieces[3][[0, -1], 0], [30.0, 40.0])
+        return sum(work)
+
+    assert 9.0 < cost(20_000) / cost(2_000) < 11.0

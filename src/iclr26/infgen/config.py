@@ -59,12 +59,16 @@ class PaperConfig:
     trust_pickles: opt in to unpickling the dataset's index-listed scenario files (a pickle can run code).
     limit: read at most this many scenarios (0 = all).
     n_eval: held-out scenarios rolled out (at most a tenth of the scenarios, at least one).
+    count_sample: training scenes whose per-step agent counts give the released mode's density targets.
+    cache: scenes each rank keeps in memory (scenes are read lazily, when a batch draws them).
     """
 
     data_dir: str = ""
     trust_pickles: bool = False
     limit: int = 0
     n_eval: int = 8
+    count_sample: int = 256
+    cache: int = 64
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ small scale on held-out scenarios. Every setting is a field of :class:`iclr26.in
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -17,8 +19,8 @@ from iclr26.infgen.evaluate import measure, summarise
 from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats
 from iclr26.infgen.model import InfGenModel
-from iclr26.infgen.scenarionet import load_scenarios, scenario_to_scene
-from iclr26.infgen.tokenizer import SceneTokenizer
+from iclr26.infgen.scenarionet import LazyScenes, scenario_files, scenario_to_scene
+from iclr26.infgen.tokenizer import SceneTokenizer, TokenSeq
 from iclr26.infgen.training import train_infgen
 from iclr26.infgen.world import Scene
 
@@ -32,33 +34,59 @@ def _pooled_gt_stats(scenes: list[Scene]) -> dict:
     return out
 
 
-def _load(ctx: RunContext, cfg: RunConfig) -> list[Scene]:
+class LazyTokens(Sequence):
+    """Token sequences of :class:`LazyScenes`, tokenized on first access (seeded per scene) and cached, so a
+    rank reads and tokenizes only the scenes its batches draw."""
+
+    def __init__(self, scenes: LazyScenes, tok: SceneTokenizer, seed: int, cache_size: int = 256):
+        self.scenes, self.tok, self.seed, self.cache_size = scenes, tok, seed, cache_size
+        self._cache: OrderedDict[int, TokenSeq] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.scenes)
+
+    def __getitem__(self, i: int) -> TokenSeq:
+        if i not in self._cache:
+            self._cache[i] = self.tok(self.scenes[i], np.random.default_rng([self.seed, i]))[0]
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(i)
+        return self._cache[i]
+
+
+def _load(ctx: RunContext, cfg: RunConfig) -> tuple[LazyScenes, LazyScenes]:
+    """Training and held-out scenes, read lazily (nothing is unpickled here). Scenarios keep at most
+    ``model.max_segments`` segments (nearest the SDC) and ``model.n_slots`` agents (the SDC first)."""
     data_dir = ctx.require_path("paper.data_dir")
     try:
-        raw = load_scenarios(data_dir, cfg.paper.limit or None, trust_pickles=cfg.paper.trust_pickles)
-        scenes = [scenario_to_scene(sd) for sd in raw]
+        files = scenario_files(data_dir, cfg.paper.trust_pickles)[: cfg.paper.limit or None]
     except (OSError, ValueError) as exc:
         raise ExperimentError(f"infgen paper scale: {exc}") from exc
-    need = max(s.map.num_segments for s in scenes)
-    if need > cfg.model.max_segments:
-        raise ExperimentError(f"a scenario has {need} map segments: --set model.max_segments={need} (or more)")
-    return scenes
+    n_hold = max(1, min(cfg.paper.n_eval, len(files) // 10 or 1))
+    train, held = (files[:-n_hold] or files), files[-n_hold:]
+
+    def convert(sd: dict, skipped) -> Scene:
+        return scenario_to_scene(sd, max_agents=cfg.model.n_slots, max_segments=cfg.model.max_segments, skipped=skipped)
+
+    return LazyScenes(train, convert, cfg.paper.cache), LazyScenes(held, convert, cfg.paper.cache)
 
 
 def run_paper(ctx: RunContext) -> RunOutput:
     cfg: RunConfig = ctx.cfg
     check_config(cfg)
-    scenes = _load(ctx, cfg)
-    horizon, n_eval = cfg.eval.horizon, cfg.paper.n_eval
-    n_hold = max(1, min(n_eval, len(scenes) // 10 or 1))
-    train, held = (scenes[:-n_hold] or scenes), scenes[-n_hold:]
+    train, held = _load(ctx, cfg)
+    horizon = cfg.eval.horizon
+    try:
+        counts = np.concatenate([train[i].counts() for i in range(min(len(train), cfg.paper.count_sample))])
+    except ValueError as exc:
+        raise ExperimentError(f"infgen paper scale: {exc}") from exc
     per_seed, curves, frame = {}, {}, None
     for seed in ctx.seeds:
         tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
         torch.manual_seed(seed)
         model = InfGenModel(cfg.model)
         model.to(ctx.device)
-        seqs = [tok(s, np.random.default_rng([seed, i]))[0] for i, s in enumerate(train)]
+        seqs = LazyTokens(train, tok, seed)
         res = train_infgen(
             model,
             seqs,
@@ -69,10 +97,10 @@ def run_paper(ctx: RunContext) -> RunOutput:
             device=ctx.device,
         )
         gen = Generator(model, tok, ctx.device)
-        counts = np.concatenate([s.counts() for s in train])
         rng = np.random.default_rng(seed)
         rollouts = {"insertion": [], "no_insertion": [], "log_replay": [], "learned_eos": []}
-        for i, s in enumerate(held):
+        for i in range(len(held)):
+            s = held[i]
             r = np.random.default_rng([seed, i])
             rollouts["insertion"].append(
                 gen.rollout(
@@ -86,9 +114,15 @@ def run_paper(ctx: RunContext) -> RunOutput:
             rollouts["no_insertion"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="off"), rng=r))
             rollouts["learned_eos"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="learned"), rng=r))
             rollouts["log_replay"].append(log_replay(s, horizon))
-        out, cur = measure(rollouts, _pooled_gt_stats(held), cfg.eval.eval_from, horizon)
+        out, cur = measure(rollouts, _pooled_gt_stats([held[i] for i in range(len(held))]), cfg.eval.eval_from, horizon)
         out.update(
-            {"losses": res.losses, "final_loss": float(np.mean(res.losses[-10:])), "n_train_scenarios": len(train)}
+            {
+                "losses": res.losses,
+                "final_loss": float(np.mean(res.losses[-10:])),
+                "n_train_scenarios": len(train),
+                "scenarios_read": train.reads + held.reads,
+                "skipped": dict(train.skipped + held.skipped),
+            }
         )
         per_seed[seed] = out
         for k, v in cur.items():
