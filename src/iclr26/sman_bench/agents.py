@@ -8,15 +8,16 @@ An agent has ``reset(task)`` and ``act(obs) -> Action`` (see :mod:`iclr26.sman_b
 from __future__ import annotations
 
 import re
-import zlib
-from collections import deque
 
+import networkx as nx
 import numpy as np
 import torch
+from sklearn.feature_extraction import FeatureHasher
 
-from iclr26.sman_bench.corpus import Corpus, page_path_ids
+from iclr26.sman_bench.corpus import SCREEN_H, SCREEN_W, App, Corpus, UIElement, page_path_ids
 from iclr26.sman_bench.evaluate import Action, Observation
-from iclr26.sman_bench.instructions import VAGUE, Task
+from iclr26.sman_bench.generator import AD_PHRASINGS, popup_screen
+from iclr26.sman_bench.instructions import VAGUE_PHRASINGS, Task, with_qa
 
 STOP = {
     "the",
@@ -58,7 +59,8 @@ STOP = {
     "up",
 }
 SHORTCUT_PREFIXES = ("recommended:", "popular:", "similar:")
-DISMISS = {"close", "×", "x", "skip", "dismiss", "no thanks"}
+DISMISS = {"x", "dismiss"} | {d.lower() for ph in AD_PHRASINGS.values() for d in ph["dismiss"]}
+"""Dismiss labels of every phrasing: the hand-coded references are privileged (they know the held-out wording)."""
 
 
 def tokens(text: str | None) -> set[str]:
@@ -69,8 +71,26 @@ def is_shortcut(text: str) -> bool:
     return text.lower().startswith(SHORTCUT_PREFIXES)
 
 
+def app_graph(app: App) -> nx.DiGraph:
+    """The app's transition graph T as a networkx DiGraph (cached on the app): an edge u -> v per valid action a
+    with T(u, a) = v, labelled with the first such action in the page's ``action_valid`` order."""
+    cached = app.__dict__.get("_nx_graph")
+    if cached is not None:
+        return cached
+    g = nx.DiGraph()
+    g.add_nodes_from(app.page_actions)
+    for u, ids in app.page_actions.items():
+        for a in ids:
+            v = app.T.get((u, a))
+            if v is not None and not g.has_edge(u, v):
+                g.add_edge(u, v, action=a)
+    app.__dict__["_nx_graph"] = g
+    return g
+
+
 class OracleAgent:
-    """BFS over the corpus graph to the target; ``shortcuts=False`` follows the gold (discovery) path.
+    """A shortest path to the target (``networkx.shortest_path`` on :func:`app_graph`); ``shortcuts=False`` follows
+    the gold (discovery) path.
     Privileged: it reads the task's target page. Upper bound."""
 
     def __init__(self, corpus: Corpus, shortcuts: bool = True):
@@ -87,23 +107,12 @@ class OracleAgent:
             if page.split("_")[0] == target.split("_")[0] and p == g[: len(p)] and len(p) < len(g):
                 return g[len(p)]
             return None
-        prev = {page: None}
-        q = deque([page])
-        while q:
-            u = q.popleft()
-            if u == target:
-                break
-            for a in self.app.page_actions.get(u, []):
-                v = self.app.T.get((u, a))
-                if v is not None and v not in prev:
-                    prev[v] = (u, a)
-                    q.append(v)
-        if target not in prev:
+        graph = app_graph(self.app)
+        try:
+            path = nx.shortest_path(graph, page, target)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
             return None
-        v, first = target, None
-        while prev[v] is not None:
-            v, first = prev[v][0], prev[v][1]
-        return first
+        return graph.edges[path[0], path[1]]["action"]
 
     def act(self, obs: Observation) -> Action:
         if "#" in obs.page:  # an overlay (pop-up or ad page): dismiss it
@@ -222,7 +231,8 @@ class LexicalAgent:
 
 class AskingAgent:
     """Wrapper: when the instruction contains a vague phrase for a slot with a preset answer available,
-    emit ``ask(slot)`` (once per slot) before acting; the answer is appended to the instruction."""
+    emit ``ask(slot)`` (once per slot) before acting; the answer is appended to the instruction. Privileged
+    upper reference: it knows the vague phrases of every phrasing (:data:`VAGUE_PHRASINGS`), held-out ones too."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -234,15 +244,19 @@ class AskingAgent:
 
     def act(self, obs: Observation) -> Action:
         low = obs.instruction.lower()
-        for slot, phrase in VAGUE.items():
-            if phrase in low and slot not in self.asked:
+        for slot, phrase in ((k, v) for ph in VAGUE_PHRASINGS.values() for k, v in ph.items()):
+            if phrase.lower() in low and slot not in self.asked:
                 self.asked.add(slot)
                 return Action("ask", text=slot)
         return self.inner.act(obs)
 
 
+AD_PREFIXES = tuple(ph["ad"].split("{")[0].lower() for ph in AD_PHRASINGS.values())
+
+
 class NoiseAwareAgent:
-    """Wrapper: on a screen with a pop-up (a dismiss button next to an ad), click the dismiss button."""
+    """Wrapper: on a screen with a pop-up (a dismiss button next to an ad), click the dismiss button. Privileged
+    upper reference: it knows the ad and dismiss wording of every phrasing (:data:`AD_PHRASINGS`)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -252,7 +266,7 @@ class NoiseAwareAgent:
             self.inner.reset(task)
 
     def act(self, obs: Observation) -> Action:
-        has_ad = any(e.text.lower().startswith("open ad") for e in obs.elements)
+        has_ad = any(e.text.lower().startswith(AD_PREFIXES) for e in obs.elements)
         if has_ad:
             for i, e in enumerate(obs.elements):
                 if e.kind == "click" and e.text.strip().lower() in DISMISS:
@@ -265,22 +279,30 @@ class NoiseAwareAgent:
 # --------------------------------------------------------------------------------------------------
 
 N_HASH = 8192
-N_DENSE = 6
+N_DENSE = 10
+HASHER = FeatureHasher(n_features=N_HASH, input_type="string", alternate_sign=False)
+"""scikit-learn's hashing trick: string features -> N_HASH columns (counts, no sign flipping)."""
+BC_VIEWS = ("step", "overall", "easy_qa")
+"""Instruction views of each clean training step: complete + step instruction; complete only; easy (train
+phrasing) with the preset Q&A in the prompt."""
 
 
-def _h(s: str) -> int:
-    return zlib.crc32(s.encode()) % N_HASH
-
-
-def element_features(obs: Observation, i: int) -> tuple[list[int], list[float]]:
-    """Hashed (instruction token, element token) pairs and kind tokens; dense: overlap counts etc."""
+def element_features(obs: Observation, i: int) -> tuple[list[str], list[float]]:
+    """String features (kind, shortcut flag, (step token, element token) pairs, element tokens) for the hasher;
+    dense: overlap counts with the step and overall instruction, shortcut, kind one-hot, and the element's
+    geometry (centre x, centre y, width, height as fractions of the screen; zeros without bounds)."""
     e = obs.elements[i]
     inst = tokens(obs.instruction)
     step = tokens(obs.step_instruction)
     et = tokens(e.text)
-    sparse = [_h(f"k:{e.kind}"), _h(f"sc:{is_shortcut(e.text)}")]
-    sparse += [_h(f"p:{a}|{b}") for a in step for b in et][:64]
-    sparse += [_h(f"e:{b}") for b in et]
+    strings = [f"k:{e.kind}", f"sc:{is_shortcut(e.text)}"]
+    strings += [f"p:{a}|{b}" for a in sorted(step) for b in sorted(et)][:64]
+    strings += [f"e:{b}" for b in sorted(et)]
+    if e.bounds:
+        (x1, y1), (x2, y2) = e.bounds
+        geo = [(x1 + x2) / 2 / SCREEN_W, (y1 + y2) / 2 / SCREEN_H, (x2 - x1) / SCREEN_W, (y2 - y1) / SCREEN_H]
+    else:
+        geo = [0.0, 0.0, 0.0, 0.0]
     dense = [
         len(et & step),
         len(et & inst),
@@ -288,12 +310,19 @@ def element_features(obs: Observation, i: int) -> tuple[list[int], list[float]]:
         float(e.kind == "click"),
         float(e.kind == "scroll"),
         float(e.kind == "input"),
+        *geo,
     ]
-    return sparse, dense
+    return strings, dense
+
+
+def page_features(obs: Observation):
+    """(hashed sparse matrix, dense tensor) of every element of the observation."""
+    feats = [element_features(obs, i) for i in range(len(obs.elements))]
+    return HASHER.transform([f[0] for f in feats]), torch.tensor([f[1] for f in feats], dtype=torch.float32)
 
 
 class TinyBCScorer(torch.nn.Module):
-    """score(e | obs) = sum of hashed-feature weights + w·dense; softmax over the page's elements."""
+    """score(e | obs) = sum of hashed-feature weights (times their counts) + w·dense; softmax over the page."""
 
     def __init__(self):
         super().__init__()
@@ -301,55 +330,76 @@ class TinyBCScorer(torch.nn.Module):
         torch.nn.init.zeros_(self.emb.weight)
         self.dense = torch.nn.Linear(N_DENSE, 1)
 
-    def forward(self, sparse: list[list[int]], dense: torch.Tensor) -> torch.Tensor:
-        flat = torch.tensor([x for s in sparse for x in s] or [0], dtype=torch.long)
-        offsets = torch.tensor(np.cumsum([0] + [len(s) for s in sparse[:-1]]), dtype=torch.long)
-        return self.emb(flat, offsets).squeeze(-1) + self.dense(dense).squeeze(-1)
+    def forward(self, hashed, dense: torch.Tensor) -> torch.Tensor:
+        idx = torch.from_numpy(hashed.indices.astype(np.int64))
+        offsets = torch.from_numpy(hashed.indptr[:-1].astype(np.int64))
+        weights = torch.from_numpy(hashed.data.astype(np.float32))
+        return self.emb(idx, offsets, per_sample_weights=weights).squeeze(-1) + self.dense(dense).squeeze(-1)
 
     def score(self, obs: Observation) -> torch.Tensor:
-        feats = [element_features(obs, i) for i in range(len(obs.elements))]
-        return self([f[0] for f in feats], torch.tensor([f[1] for f in feats], dtype=torch.float32))
+        return self(*page_features(obs))
 
 
-def bc_examples(corpus: Corpus, tasks: list[Task]) -> list[tuple[Observation, int, Action]]:
-    """Teacher-forced (observation, gold element index, gold action) pairs from the gold paths."""
+def _view_instruction(t: Task, view: str, step: str) -> tuple[str, str | None]:
+    if view == "step":
+        return t.complete_instruct, step
+    if view == "overall":
+        return t.complete_instruct, None
+    if view == "easy_qa":
+        return with_qa(t.easy_instruct, t.qa), None
+    raise ValueError(f"unknown BC view {view!r}; valid: {BC_VIEWS}")
+
+
+def bc_examples(
+    corpus: Corpus, tasks: list[Task], views=BC_VIEWS, p_overlay: float = 0.0, seed: int = 0
+) -> list[tuple[Observation, int]]:
+    """Teacher-forced (observation, gold element index) pairs from the gold paths, one per step and view.
+    ``p_overlay``: each task gets, with this probability, one pop-up before a random step (``train``
+    phrasing of :data:`AD_PHRASINGS`), whose gold element is the dismiss button."""
+    rng = np.random.default_rng(seed)
     out = []
     for t in tasks:
         app = corpus.apps[t.app]
+        at = int(rng.integers(len(t.gold))) if rng.random() < p_overlay else -1
         page = t.root
         for i, g in enumerate(t.gold):
             view = app.page(page)
-            kind, idx, arg = view.action_for(g)
-            obs = Observation(t.complete_instruct, t.step_instruct[i], view.elements, page, app.name, i)
-            out.append(
-                (
-                    obs,
-                    idx,
-                    Action(
-                        kind, idx, text=arg if kind == "input" else None, direction=arg if kind == "scroll" else None
-                    ),
+            if i == at:
+                els = popup_screen(rng, [w for w in (t.slots.get("item") or "").split() if len(w) > 2][:1], "train")
+                ui = [UIElement(e["kind"], e["text"], e["bounds"]) for e in els]
+                dismiss = next(j for j, e in enumerate(els) if e["role"] == "dismiss")
+                out.append(
+                    (Observation(t.complete_instruct, t.step_instruct[i], ui, f"{page}#popup", app.name, i), dismiss)
                 )
-            )
+            idx = view.action_for(g)[1]
+            for v in views:
+                inst, step = _view_instruction(t, v, t.step_instruct[i])
+                out.append((Observation(inst, step, view.elements, page, app.name, i), idx))
             page = f"{page}_{g}"
     return out
 
 
-def train_bc(corpus: Corpus, tasks: list[Task], epochs: int = 3, lr: float = 0.05, seed: int = 0) -> TinyBCScorer:
+def train_bc(
+    corpus: Corpus,
+    tasks: list[Task],
+    epochs: int = 3,
+    lr: float = 0.05,
+    seed: int = 0,
+    views=BC_VIEWS,
+    p_overlay: float = 0.0,
+) -> TinyBCScorer:
     """Behaviour cloning: cross-entropy of the gold element under the softmax over the page's elements."""
     torch.manual_seed(seed)
     model = TinyBCScorer()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    data = []
-    for obs, idx, _ in bc_examples(corpus, tasks):  # features computed once
-        feats = [element_features(obs, i) for i in range(len(obs.elements))]
-        data.append(
-            ([f[0] for f in feats], torch.tensor([f[1] for f in feats], dtype=torch.float32), torch.tensor([idx]))
-        )
+    data = [
+        (*page_features(obs), torch.tensor([idx])) for obs, idx in bc_examples(corpus, tasks, views, p_overlay, seed)
+    ]
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         for j in rng.permutation(len(data)):
-            sparse, dense, target = data[int(j)]
-            loss = torch.nn.functional.cross_entropy(model(sparse, dense)[None], target)
+            hashed, dense, target = data[int(j)]
+            loss = torch.nn.functional.cross_entropy(model(hashed, dense)[None], target)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from iclr26.sman_bench.corpus import Corpus, UIElement, page_parent, page_path_ids, swipe_direction
-from iclr26.sman_bench.instructions import Task
+from iclr26.sman_bench.instructions import Task, with_qa
 
 ACTION_KINDS = ("click", "input", "scroll", "back", "ask", "invalid")
 NO_ANSWER = "无人应答"  # "no answer": the preset answer when a question has none
@@ -176,6 +176,8 @@ def multi_path_episode(
     compat: bool = False,
     popup_rate: float = 0.0,
     popup_seed: int = 0,
+    qa_in_prompt: bool = False,
+    popup_phrasing: str = "train",
 ) -> dict:
     """Walk the graph from the root: ``page = back(page)`` or ``T.get((page, a), page)``; stop on the
     target or after ``max_rounds``. Metrics: success, step reward, #actions, #errors, gold-path match.
@@ -184,6 +186,8 @@ def multi_path_episode(
     the preset answer (or "无人应答") and appends it to the instruction; asks do not move the page and
     do not count as actions, at most ``len(task.qa) + 2`` are answered.
     ``step_instructions``: give the step instruction chosen by the page depth (count of '_').
+    ``qa_in_prompt``: the preset questions and answers are in the prompt from the start (the released ambiguous
+    template's ``<questions>`` / ``<answers>``), :func:`iclr26.sman_bench.instructions.with_qa`.
     ``popup_rate``: probability that a pop-up/ad overlay covers a page on its first visit (noise in the
     walk). On an overlay, a click on Close/× or ``back`` dismisses it; a click on the ad opens the ad
     app's landing page, which only ``back`` leaves; anything else is an error. Overlay rounds count as
@@ -198,6 +202,7 @@ def multi_path_episode(
     app = corpus.apps[task.app]
     _reset(agent, task)
     text = task.complete_instruct if instruction == "complete" else task.easy_instruct
+    text = with_qa(text, task.qa) if qa_in_prompt else text
     answers = {q["slot"]: q["answer"] for q in task.qa}
     page, history, actions, errors, asks = task.root, [], [], 0, 0
     rounds = 0
@@ -205,7 +210,7 @@ def multi_path_episode(
         if rng is not None and page not in seen:
             seen.add(page)
             if rng.random() < popup_rate:
-                overlay, popups = _overlay(corpus, task, rng), popups + 1
+                overlay, popups = _overlay(corpus, task, rng, popup_phrasing), popups + 1
         if overlay is not None:
             obs = Observation(
                 text, None, overlay["elements"], f"{page}#{overlay['kind']}", app.name, rounds, list(history)
@@ -271,11 +276,11 @@ def multi_path_episode(
     return row
 
 
-def _overlay(corpus: Corpus, task: Task, rng) -> dict:
+def _overlay(corpus: Corpus, task: Task, rng, phrasing: str = "train") -> dict:
     from iclr26.sman_bench.generator import popup_screen
 
     lure = [w for w in (task.slots.get("item") or task.slots.get("section") or "").split() if len(w) > 2][:1]
-    els = popup_screen(rng, lure)
+    els = popup_screen(rng, lure, phrasing)
     return {
         "kind": "popup",
         "elements": [UIElement(e["kind"], e["text"], e["bounds"]) for e in els],

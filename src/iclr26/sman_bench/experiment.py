@@ -42,6 +42,8 @@ P_NOISE = 0.6
 """fraction of noisy-split tasks that get 1-2 pop-up/ad overlays."""
 NOISE_SWEEP = (0.0, 0.3, 1.0)
 """noise rates of the reported (non-claim) sweep."""
+BC_NOISE_P_OVERLAY = 0.5
+"""``tiny_bc_noise`` (reported, not a claim): probability that a training task gets one train-phrased pop-up."""
 
 
 def _agents(corpus, bc_model, seed):
@@ -58,7 +60,11 @@ def _agents(corpus, bc_model, seed):
 
 
 def _setup_seed(seed: int, cfg: RunConfig):
-    """The corpus (written in Mobile3M format and re-loaded), its training / held-out tasks and the BC model."""
+    """The corpus (written in Mobile3M format and re-loaded), its training / held-out tasks and the BC models.
+
+    Training tasks use the ``train`` vague phrasing, evaluated tasks the held-out ``eval`` one. ``tiny_bc`` learns
+    from clean gold trajectories only (:data:`agents.BC_VIEWS`); ``tiny_bc_noise`` also from pop-ups worded in the
+    ``train`` ad phrasing (the evaluated noisy splits use the held-out ``eval`` phrasing)."""
     torch.manual_seed(seed)
     corpus_mem, _ = generate_corpus(seed, cfg.gen)
     with tempfile.TemporaryDirectory() as d:
@@ -66,16 +72,19 @@ def _setup_seed(seed: int, cfg: RunConfig):
         corpus = load_corpus(d)  # everything below runs on the re-loaded corpus
     app_names = [a for a in corpus.apps if "section" in corpus.apps[a].roles.values()]
     train_apps, test_apps = app_names[: cfg.n_train_apps], app_names[cfg.n_train_apps :]
-    train = generate_tasks(corpus, cfg.n_train_tasks, seed * 7919 + 1, apps=train_apps)
-    tasks = generate_tasks(corpus, cfg.n_eval_tasks, seed * 7919 + 2, apps=test_apps)
-    bc = A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed)
+    train = generate_tasks(corpus, cfg.n_train_tasks, seed * 7919 + 1, apps=train_apps, phrasing="train")
+    tasks = generate_tasks(corpus, cfg.n_eval_tasks, seed * 7919 + 2, apps=test_apps, phrasing="eval")
+    bc = {
+        "tiny_bc": A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed),
+        "tiny_bc_noise": A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed, p_overlay=BC_NOISE_P_OVERLAY),
+    }
     return corpus, app_names, train, tasks, bc
 
 
 def _common_split(corpus, tasks, bc, seed: int) -> dict:
     """Multi-path (+ gold-path match from the same walk) and single-path metrics per agent (C1, C2)."""
     out = {}
-    for name, agent in _agents(corpus, bc, seed).items():
+    for name, agent in _agents(corpus, bc["tiny_bc"], seed).items():
         mp = mean_metrics([multi_path_episode(corpus, t, agent) for t in tasks])
         sp = mean_metrics([single_path_episode(corpus, t, agent) for t in tasks])
         out[name] = {
@@ -93,17 +102,25 @@ def _common_split(corpus, tasks, bc, seed: int) -> dict:
     return out
 
 
-def _noise_split(corpus, tasks, bc, seed: int) -> dict:
-    """Teacher-forced noisy split against the matched clean episodes (C3), AITZ-Noise analogue, compat scorer."""
-    noisy = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE)
-    clean = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE, clean=True)
-    aitz = build_noisy_split(corpus, tasks, seed * 7919 + 4, P_NOISE, aitz=True)
-    out = {}
-    for name, mk in {
+def _noise_agents(bc: dict) -> dict:
+    """Agents of the noisy split: the learned ones and the privileged hand-coded references."""
+    return {
+        "tiny_bc": lambda: A.TinyBCAgent(bc["tiny_bc"]),
+        "tiny_bc_noise": lambda: A.TinyBCAgent(bc["tiny_bc_noise"]),
         "lexical_shortcut": lambda: A.LexicalAgent(True),
         "noise_aware": lambda: A.NoiseAwareAgent(A.LexicalAgent(True)),
-        "tiny_bc": lambda: A.TinyBCAgent(bc),
-    }.items():
+        "noise_aware_bc": lambda: A.NoiseAwareAgent(A.TinyBCAgent(bc["tiny_bc"])),
+    }
+
+
+def _noise_split(corpus, tasks, bc: dict, seed: int) -> dict:
+    """Teacher-forced noisy split (held-out ad phrasing) against the matched clean episodes (C3), AITZ-Noise
+    analogue, compat scorer."""
+    noisy = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE, phrasing="eval")
+    clean = build_noisy_split(corpus, tasks, seed * 7919 + 3, P_NOISE, clean=True, phrasing="eval")
+    aitz = build_noisy_split(corpus, tasks, seed * 7919 + 4, P_NOISE, aitz=True, phrasing="eval")
+    out = {}
+    for name, mk in _noise_agents(bc).items():
         row = {}
         for split, eps in (("clean", clean), ("noisy", noisy), ("aitz", aitz)):
             m = mean_metrics([noisy_episode(e, mk()) for e in eps])
@@ -115,14 +132,14 @@ def _noise_split(corpus, tasks, bc, seed: int) -> dict:
     return out
 
 
-def _walk_popups(corpus, tasks, seed: int, out: dict) -> None:
-    """Pop-ups during the multi-path walk (not a claim), added to ``out["noise/<agent>"]``."""
-    for name, mk in (
-        ("lexical_shortcut", lambda: A.LexicalAgent(True)),
-        ("noise_aware", lambda: A.NoiseAwareAgent(A.LexicalAgent(True))),
-    ):
+def _walk_popups(corpus, tasks, bc: dict, seed: int, out: dict) -> None:
+    """Pop-ups (held-out phrasing) during the multi-path walk (not a claim), added to ``out["noise/<agent>"]``."""
+    for name in ("tiny_bc", "lexical_shortcut", "noise_aware"):
+        mk = _noise_agents(bc)[name]
         eps = [
-            multi_path_episode(corpus, t, mk(), popup_rate=P_NOISE, popup_seed=seed * 100_003 + i)
+            multi_path_episode(
+                corpus, t, mk(), popup_rate=P_NOISE, popup_seed=seed * 100_003 + i, popup_phrasing="eval"
+            )
             for i, t in enumerate(tasks)
         ]
         mp = mean_metrics(eps)
@@ -135,36 +152,41 @@ def _walk_popups(corpus, tasks, seed: int, out: dict) -> None:
         )
 
 
-def _noise_sweep(corpus, tasks, seed: int) -> dict:
+def _noise_sweep(corpus, tasks, bc: dict, seed: int) -> dict:
     """Noise-rate sweep (not a claim: shows the C3 trend is not one setting's artefact)."""
     sweep = {}
+    agents = {k: v for k, v in _noise_agents(bc).items() if k in ("tiny_bc", "lexical_shortcut", "noise_aware")}
     for p in NOISE_SWEEP:
-        eps = build_noisy_split(corpus, tasks, seed * 7919 + 5, p)
+        eps = build_noisy_split(corpus, tasks, seed * 7919 + 5, p, phrasing="eval")
         sweep[f"p={p:g}"] = {
-            "lexical": mean_metrics([noisy_episode(e, A.LexicalAgent(True)) for e in eps])["success"],
-            "noise_aware": mean_metrics([noisy_episode(e, A.NoiseAwareAgent(A.LexicalAgent(True))) for e in eps])[
-                "success"
-            ],
+            name: mean_metrics([noisy_episode(e, mk()) for e in eps])["success"] for name, mk in agents.items()
         }
     return sweep
 
 
-def _ambiguous(corpus, tasks) -> dict:
-    """Ambiguous split (C4): overall instruction only, multi-path, complete vs easy, with / without asking."""
+AMBIGUOUS_SETTINGS = {
+    "complete": {"instruction": "complete"},
+    "easy": {"instruction": "easy"},
+    "easy_qa": {"instruction": "easy", "qa_in_prompt": True},
+    "easy_ask": {"instruction": "easy", "allow_ask": True},
+}
+"""The ambiguous protocol (multi-path, overall instruction only): complete; easy (held-out vague phrasing);
+easy with the preset Q&A in the prompt (released template); easy with asking (only the privileged AskingAgent asks)."""
+
+
+def _ambiguous(corpus, tasks, bc: dict) -> dict:
+    """Ambiguous split (C4) for the learned agent and the lexical reference, each with the privileged asker."""
+    makers = {
+        "tiny_bc": lambda: A.TinyBCAgent(bc["tiny_bc"]),
+        "lexical_shortcut": lambda: A.LexicalAgent(True),
+    }
     amb = {}
-    for key, instr, asking in (
-        ("complete", "complete", False),
-        ("easy", "easy", False),
-        ("easy_ask", "easy", True),
-        ("complete_ask", "complete", True),
-    ):
-        agent = A.AskingAgent(A.LexicalAgent(True)) if asking else A.LexicalAgent(True)
-        eps = [
-            multi_path_episode(corpus, t, agent, instruction=instr, step_instructions=False, allow_ask=asking)
-            for t in tasks
-        ]
-        m = mean_metrics(eps)
-        amb[f"{key}_success"], amb[f"{key}_step_reward"], amb[f"{key}_asks"] = m["success"], m["step_reward"], m["asks"]
+    for name, mk in makers.items():
+        for key, kw in AMBIGUOUS_SETTINGS.items():
+            agent = A.AskingAgent(mk()) if kw.get("allow_ask") else mk()
+            m = mean_metrics([multi_path_episode(corpus, t, agent, step_instructions=False, **kw) for t in tasks])
+            for k in ("success", "step_reward", "asks"):
+                amb[f"{name}/{key}_{k}"] = m[k]
     return amb
 
 
@@ -187,9 +209,9 @@ def run_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None) -> dict:
     }
     out.update(_common_split(corpus, tasks, bc, seed))
     out.update(_noise_split(corpus, tasks, bc, seed))
-    _walk_popups(corpus, tasks, seed, out)
-    out["noise_sweep"] = _noise_sweep(corpus, tasks, seed)
-    out["ambiguous"] = _ambiguous(corpus, tasks)
+    _walk_popups(corpus, tasks, bc, seed, out)
+    out["noise_sweep"] = _noise_sweep(corpus, tasks, bc, seed)
+    out["ambiguous"] = _ambiguous(corpus, tasks, bc)
     out["no_shortcut_corpus"] = _no_shortcut_control(seed, cfg)
     return out
 
@@ -258,16 +280,23 @@ def _claim_values(per_seed: list[dict], summary: dict) -> dict:
     }
     nz = lambda a, k: 100 * m(f"noise/{a}", k)  # noqa: E731
     c3 = {
+        "tiny_bc_clean": nz("tiny_bc", "clean_success"),
+        "tiny_bc_noisy": nz("tiny_bc", "noisy_success"),
+        # references, not in the rule: the learned agent trained with train-phrased pop-ups, the privileged
+        # hand-coded wrappers and the lexical agent
+        "tiny_bc_noise_noisy": nz("tiny_bc_noise", "noisy_success"),
+        "noise_aware_bc_noisy": nz("noise_aware_bc", "noisy_success"),
         "lexical_clean": nz("lexical_shortcut", "clean_success"),
         "lexical_noisy": nz("lexical_shortcut", "noisy_success"),
         "noise_aware_noisy": nz("noise_aware", "noisy_success"),
     }
-    c3["drop"] = c3["lexical_clean"] - c3["lexical_noisy"]
-    c3["recovered"] = c3["noise_aware_noisy"] - c3["lexical_noisy"]
-    c3["recovered_fraction"] = c3["recovered"] / c3["drop"] if c3["drop"] > 0 else 0.0
-    c4 = {k: 100 * m("ambiguous", f"{k}_success") for k in ("complete", "easy", "easy_ask")}
+    c3["drop"] = c3["tiny_bc_clean"] - c3["tiny_bc_noisy"]
+    c3["lexical_drop"] = c3["lexical_clean"] - c3["lexical_noisy"]
+    am = lambda a, k: 100 * m("ambiguous", f"{a}/{k}_success")  # noqa: E731
+    c4 = {k: am("tiny_bc", k) for k in AMBIGUOUS_SETTINGS}
+    c4.update({f"lexical_{k}": am("lexical_shortcut", k) for k in AMBIGUOUS_SETTINGS})
     c4["drop"] = c4["complete"] - c4["easy"]
-    c4["recovered"] = c4["easy_ask"] - c4["easy"]
+    c4["recovered"] = c4["easy_qa"] - c4["easy"]
     c4["recovered_fraction"] = c4["recovered"] / c4["drop"] if c4["drop"] > 0 else 0.0
     return {"C1": c1, "C2": c2, "C3": c3, "C4": c4}
 
@@ -301,10 +330,13 @@ def _common_table(per_seed: list[dict], agents: list[str]) -> str:
     return markdown_table(["agent"] + list(COMMON_COLUMNS.values()), rows)
 
 
+NOISE_AGENTS_SHOWN = ("tiny_bc", "tiny_bc_noise", "noise_aware_bc", "lexical_shortcut", "noise_aware")
+
+
 def _noise_table(per_seed: list[dict]) -> str:
     m = lambda *p: _mean(per_seed, *p)  # noqa: E731
     rows = []
-    for a in ("lexical_shortcut", "noise_aware", "tiny_bc"):
+    for a in NOISE_AGENTS_SHOWN:
         k = f"noise/{a}"
         walk = m(k, "walk_popup_success") if "walk_popup_success" in per_seed[0][k] else "-"
         rows.append([a] + [m(k, c) for c in NOISE_COLUMNS] + [walk])
@@ -314,38 +346,34 @@ def _noise_table(per_seed: list[dict]) -> str:
 def _per_seed_table(seeds, per_seed: list[dict]) -> str:
     rows = []
     for s, r in zip(seeds, per_seed):
+        bc, amb = r["noise/tiny_bc"], r["ambiguous"]
         rows.append(
             [
                 s,
                 100 * (r["lexical_shortcut"]["multi_success"] - r["lexical_shortcut"]["gold_match"]),
-                100 * (r["noise/lexical_shortcut"]["clean_success"] - r["noise/lexical_shortcut"]["noisy_success"]),
-                100 * r["noise/noise_aware"]["noisy_success"],
-                100 * (r["ambiguous"]["complete_success"] - r["ambiguous"]["easy_success"]),
-                100 * r["ambiguous"]["easy_ask_success"],
+                100 * (bc["clean_success"] - bc["noisy_success"]),
+                100 * (amb["tiny_bc/complete_success"] - amb["tiny_bc/easy_success"]),
+                100 * (amb["tiny_bc/easy_qa_success"] - amb["tiny_bc/easy_success"]),
             ]
         )
-    return markdown_table(
-        ["seed", "C1 shortcut gap", "C3 lexical drop", "C3 aware noisy", "C4 drop", "C4 easy+ask"], rows
-    )
+    return markdown_table(["seed", "C1 shortcut gap", "C3 BC drop", "C4 BC drop", "C4 BC Q&A recovery"], rows)
 
 
 def _tables(seeds, per_seed: list[dict], agents: list[str]) -> dict:
     m = lambda *p: _mean(per_seed, *p)  # noqa: E731
-    sweep = [
-        [k, m("noise_sweep", k, "lexical"), m("noise_sweep", k, "noise_aware")] for k in per_seed[0]["noise_sweep"]
-    ]
+    sweep_agents = list(per_seed[0]["noise_sweep"]["p=0"])
+    sweep = [[k] + [m("noise_sweep", k, a) for a in sweep_agents] for k in per_seed[0]["noise_sweep"]]
     amb = [
-        [k, m("ambiguous", f"{k}_success"), m("ambiguous", f"{k}_step_reward"), m("ambiguous", f"{k}_asks")]
-        for k in ("complete", "easy", "easy_ask", "complete_ask")
+        [f"{a} {k}"] + [m("ambiguous", f"{a}/{k}_{x}") for x in ("success", "step_reward", "asks")]
+        for a in ("tiny_bc", "lexical_shortcut")
+        for k in AMBIGUOUS_SETTINGS
     ]
     return {
         "Common split (mean ± std over seeds)": _common_table(per_seed, agents),
-        "Noisy split (teacher-forced; fixed vs compat scorer)": _noise_table(per_seed),
-        "Noise-rate sweep (success, not a claim)": markdown_table(
-            ["noise rate", "lexical_shortcut", "noise_aware"], sweep
-        ),
-        "Ambiguous split (lexical shortcut agent, overall instruction only)": markdown_table(
-            ["setting", "success", "step reward", "asks"], amb
+        "Noisy split (teacher-forced, held-out ad phrasing; fixed vs compat scorer)": _noise_table(per_seed),
+        "Noise-rate sweep (success, not a claim)": markdown_table(["noise rate"] + sweep_agents, sweep),
+        "Ambiguous split (multi-path, overall instruction only, held-out vague phrasing)": markdown_table(
+            ["agent and setting", "success", "step reward", "asks"], amb
         ),
         "Per-seed claim quantities": _per_seed_table(seeds, per_seed),
     }
@@ -411,18 +439,20 @@ EXPERIMENT = Experiment(
         ),
         Claim(
             "C3",
-            "noise: pop-ups and ads cut the lexical agent's success by >= 20 points; the noise-aware "
-            "wrapper wins back at least half of the drop",
+            "noise: pop-ups and ads (worded in a phrasing held out from training) cut the success of the "
+            "behaviour-cloned agent trained on clean trajectories by >= 20 points",
             "qualitative: current agents lack noise robustness",
-            "lexical_clean - lexical_noisy >= 20 and noise_aware_noisy - lexical_noisy >= 0.5 * drop",
-            lambda v: v["drop"] >= 20 and v["recovered"] >= 0.5 * v["drop"],
+            "tiny_bc_clean - tiny_bc_noisy >= 20 (teacher-forced success, points, seed means; matched clean "
+            "episodes, p_noise = 0.6, eval ad phrasing)",
+            lambda v: v["drop"] >= 20,
         ),
         Claim(
             "C4",
-            "ambiguity: easy instructions cut success by >= 15 points against complete ones; asking with "
-            "the preset Q&A wins back at least half",
+            "ambiguity: for the behaviour-cloned agent, easy instructions (held-out vague phrasing) cut success "
+            "by >= 15 points against complete ones, and the preset Q&A in the prompt wins back at least half",
             "qualitative: preset Q&A helps on ambiguous tasks",
-            "complete - easy >= 15 and easy_ask - easy >= 0.5 * (complete - easy)",
+            "tiny_bc: complete - easy >= 15 and easy_qa - easy >= 0.5 * (complete - easy) (multi-path, overall "
+            "instruction only, points, seed means)",
             lambda v: v["drop"] >= 15 and v["recovered"] >= 0.5 * v["drop"],
         ),
     ),

@@ -323,19 +323,35 @@ def generate_corpus(seed: int, cfg: GeneratorConfig = GeneratorConfig()) -> tupl
     return Corpus(apps), meta
 
 
-def popup_screen(rng: np.random.Generator, lure_words: list[str]) -> list[dict]:
-    """A pop-up/ad overlay: ``Open ad: ...`` (a targeted ad that reuses words of the task, as real
-    ads do) and a dismiss button (``Close`` or ``×``). Returns element dicts in random order."""
-    lure = " ".join(lure_words) if lure_words else AD_WORDS[int(rng.integers(len(AD_WORDS)))]
+AD_PHRASINGS = {
+    "train": {"ad": "Open ad: {deal} on {lure}", "deals": AD_WORDS, "dismiss": ("Close", "×")},
+    "eval": {
+        "ad": "Sponsored · {lure} {deal}",
+        "deals": ("Hot offer", "Best price", "Members only", "Last chance", "Bonus points"),
+        "dismiss": ("Skip", "No thanks"),
+    },
+}
+"""Disjoint ad and dismiss phrasings: ``train`` for anything an agent learns from, ``eval`` for the evaluated
+noisy splits, so that a learned agent cannot key on the literal ad text or dismiss label (the layout is shared)."""
+
+
+def popup_screen(rng: np.random.Generator, lure_words: list[str], phrasing: str = "train") -> list[dict]:
+    """A pop-up/ad overlay: an ad (a targeted ad that reuses words of the task, as real ads do) and a dismiss
+    button, worded by :data:`AD_PHRASINGS` [``phrasing``]. Returns element dicts in random order."""
+    if phrasing not in AD_PHRASINGS:
+        raise ValueError(f"phrasing must be one of {sorted(AD_PHRASINGS)}, got {phrasing!r}")
+    ph = AD_PHRASINGS[phrasing]
+    deals = ph["deals"]
+    lure = " ".join(lure_words) if lure_words else deals[int(rng.integers(len(deals)))]
     ad = {
         "kind": "click",
-        "text": f"Open ad: {AD_WORDS[int(rng.integers(len(AD_WORDS)))]} on {lure}",
+        "text": ph["ad"].format(deal=deals[int(rng.integers(len(deals)))], lure=lure),
         "bounds": ((140, 900), (940, 1500)),
         "role": "ad",
     }
     close = {
         "kind": "click",
-        "text": ["Close", "×"][int(rng.integers(2))],
+        "text": ph["dismiss"][int(rng.integers(len(ph["dismiss"])))],
         "bounds": ((880, 760), (980, 860)),
         "role": "dismiss",
     }

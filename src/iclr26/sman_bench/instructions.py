@@ -54,7 +54,19 @@ VAGUE = {
     "option": "one of its tabs",
     "detail": "an option",
 }
-"""Vague phrases that replace dropped slot values in ``easy_instruct``."""
+"""Vague phrases that replace dropped slot values in ``easy_instruct`` (the ``train`` phrasing)."""
+
+VAGUE_PHRASINGS = {
+    "train": VAGUE,
+    "eval": {
+        "section": "the usual place",
+        "item": "the thing I wanted",
+        "query": "my keyword",
+        "option": "the page I need",
+        "detail": "the right entry",
+    },
+}
+"""Disjoint vague phrasings: ``train`` for the tasks an agent learns from, ``eval`` for the evaluated tasks."""
 
 QUESTIONS = {
     "section": "Which section should I open?",
@@ -113,8 +125,9 @@ def trajectory_roles(app: App, page: str) -> list[str]:
     return [app.roles.get(str(a), "?") for a in page_path_ids(page)]
 
 
-def make_task(app: App, target: str, rng: np.random.Generator, n_drop: int = 1) -> Task | None:
-    """Fill a matching template for the trajectory root -> ``target``; None when no template matches."""
+def make_task(app: App, target: str, rng: np.random.Generator, n_drop: int = 1, phrasing: str = "train") -> Task | None:
+    """Fill a matching template for the trajectory root -> ``target``; None when no template matches.
+    ``phrasing`` picks the vague phrases of ``easy_instruct`` (:data:`VAGUE_PHRASINGS`)."""
     roles = trajectory_roles(app, target)
     templates = TEMPLATES.get(tuple(roles))
     if not templates:
@@ -127,16 +140,26 @@ def make_task(app: App, target: str, rng: np.random.Generator, n_drop: int = 1) 
     droppable = [r for r in roles if r in DROPPABLE]
     k = min(max(1, n_drop), len(droppable))
     dropped = sorted(rng.choice(droppable, k, replace=False).tolist(), key=roles.index)
-    easy = tpl.format(**{r: (VAGUE[r] if r in dropped else v) for r, v in values.items()})
+    vague = VAGUE_PHRASINGS[phrasing]
+    easy = tpl.format(**{r: (vague[r] if r in dropped else v) for r, v in values.items()})
     qa = [{"slot": r, "question": QUESTIONS[r], "answer": values[r]} for r in dropped]
     task_text = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(steps)) + "\n" + complete
     return Task(app.name, target, task_text, steps, complete, easy, qa, values, tpl, roles)
 
 
 def generate_tasks(
-    corpus: Corpus, n_tasks: int, seed: int, apps: list[str] | None = None, n_drop: int = 1, min_len: int = 2
+    corpus: Corpus,
+    n_tasks: int,
+    seed: int,
+    apps: list[str] | None = None,
+    n_drop: int = 1,
+    min_len: int = 2,
+    phrasing: str = "train",
 ) -> list[Task]:
-    """Sample ``n_tasks`` distinct target pages uniformly over template-matching trajectories."""
+    """Sample ``n_tasks`` distinct target pages uniformly over template-matching trajectories; ``phrasing``: the
+    vague phrases of the ambiguous variants (``train`` for training tasks, ``eval`` for evaluated ones)."""
+    if phrasing not in VAGUE_PHRASINGS:
+        raise ValueError(f"phrasing must be one of {sorted(VAGUE_PHRASINGS)}, got {phrasing!r}")
     rng = np.random.default_rng(seed)
     names = apps if apps is not None else [a for a in corpus.apps if "section" in corpus.apps[a].roles.values()]
     candidates = []
@@ -151,7 +174,13 @@ def generate_tasks(
     tasks = []
     for i in order:
         a, p = candidates[int(i)]
-        t = make_task(corpus.apps[a], p, rng, n_drop)
+        t = make_task(corpus.apps[a], p, rng, n_drop, phrasing)
         if t is not None:
             tasks.append(t)
     return tasks
+
+
+def with_qa(instruction: str, qa: list[dict]) -> str:
+    """The instruction with the preset questions and answers in the prompt (the released ambiguous template's
+    ``<questions>`` / ``<answers>``), one ``Q: ... A: ...`` pair per dropped slot."""
+    return " ".join([instruction] + [f"Q: {q.get('question', q['slot'])} A: {q['answer']}" for q in qa])

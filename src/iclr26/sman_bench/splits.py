@@ -50,6 +50,7 @@ def noisy_episode_from_task(
     max_popups: int = 2,
     aitz: bool = False,
     clean: bool = False,
+    phrasing: str = "train",
 ) -> dict:
     """Screens of the gold trajectory with up to ``max_popups`` overlays (each task is noisy with
     probability ``p_noise``). Returns ``{"task", "screens", "n_noise"}``; ``clean=True`` draws the same
@@ -64,7 +65,7 @@ def noisy_episode_from_task(
     for i, g in enumerate(gold):
         step = task.step_instruct[i]
         if i in positions:
-            els = popup_screen(rng, lure[:1])
+            els = popup_screen(rng, lure[:1], phrasing)
             back = aitz and rng.random() < 0.5
             if not clean:
                 ui = [UIElement(e["kind"], e["text"], e["bounds"]) for e in els]
@@ -88,10 +89,17 @@ def noisy_episode_from_task(
 
 
 def build_noisy_split(
-    corpus: Corpus, tasks: list[Task], seed: int, p_noise: float = 0.6, aitz: bool = False, clean: bool = False
+    corpus: Corpus,
+    tasks: list[Task],
+    seed: int,
+    p_noise: float = 0.6,
+    aitz: bool = False,
+    clean: bool = False,
+    phrasing: str = "train",
 ) -> list[dict]:
-    """One noisy episode per task, deterministic from ``seed`` (``clean`` gives the matched control)."""
+    """One noisy episode per task, deterministic from ``seed`` (``clean`` gives the matched control); ``phrasing``
+    words the overlays (:data:`iclr26.sman_bench.generator.AD_PHRASINGS`)."""
     if not 0 <= p_noise <= 1:
         raise ValueError(f"p_noise must be in [0, 1], got {p_noise}")
     rng = np.random.default_rng(seed)
-    return [noisy_episode_from_task(corpus, t, rng, p_noise, aitz=aitz, clean=clean) for t in tasks]
+    return [noisy_episode_from_task(corpus, t, rng, p_noise, aitz=aitz, clean=clean, phrasing=phrasing) for t in tasks]
