@@ -10,6 +10,7 @@ from iclr26.daedal.config import PaperConfig, RunConfig, config_for
 from iclr26.daedal.eval import parse_args
 from iclr26.daedal.experiment import EXPERIMENT
 from iclr26.daedal.generate import DaedalConfig
+from iclr26.daedal.model import TinyMDMConfig
 
 
 def test_every_field_is_documented():
@@ -24,9 +25,12 @@ def test_every_field_is_documented():
 
 def test_scales_differ_only_in_sizes():
     smoke, small = config_for("smoke"), config_for("small")
-    assert smoke.daedal == small.daedal and smoke.paper == small.paper == config_for("paper").paper
+    assert smoke.daedal == dataclasses.replace(small.daedal, max_length=32)
+    assert smoke.paper == small.paper == config_for("paper").paper
     assert (smoke.model.d_model, smoke.model.steps, smoke.n_eval, smoke.lengths) == (32, 80, 8, (8, 16))
-    assert small.model.steps == 800 and small.lengths == (8, 16, 24, 32, 48, 64)
+    assert small.lengths == (8, 24, 48, 80, 136) and small.daedal.max_length == small.model.train_max_canvas
+    # TinyMDMConfig's defaults are the model small trains
+    assert small.model == TinyMDMConfig() and small.hidden_length_task in small.model.tasks
     # the paper's thresholds at every scale; lengths scaled down below paper scale
     for d in (small.daedal, small.paper.daedal):
         assert (d.tau_high, d.tau_low, d.tau_eos, d.tau_expand) == (0.9, 0.1, 0.5, 0.9)

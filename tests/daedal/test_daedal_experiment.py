@@ -12,7 +12,7 @@ def _check(rec, scale):
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert res["scale"] == scale
     names = [c["name"] for c in res["claims"]]
-    assert names == ["C1", "C2", "C3", "C4"]
+    assert names == ["C1", "C2", "C3", "C4", "C5"]
     for c in res["claims"]:
         assert c["measured"] is not None and "error" not in c, c
     assert (rec.out_dir / "acc_eratio_vs_length.png").exists()
@@ -27,7 +27,11 @@ def test_smoke_run(tmp_path):
     rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False)
     res = _check(rec, "smoke")
     assert res["seeds"] == [0]
-    assert "benchmark" in res["metrics"] and res["metrics"]["per_seed"]["0"]["spearman_stage1"] <= 1.0
+    assert "benchmark" in res["metrics"] and res["metrics"]["per_seed"]["0"]["spearman_stage1_pooled"] <= 1.0
+    c = {cl["name"]: cl["measured"] for cl in res["claims"]}
+    # C1-C4 read the stated-length tasks only, C5 the hidden-length one
+    assert set(c["C1"]) == {"rep2", "rep3", "rep4"} and set(c["C3"]) == {"rep3", "rep4"}
+    assert set(c["C4"]["per_task"]) == {"rep2", "rep3", "rep4"} and c["C5"]["task"] == "chain"
 
 
 def test_paper_scale_needs_local_paths(tmp_path):
@@ -48,4 +52,26 @@ def test_claim_rules_can_fail():
     assert c["C2"].check({"mean_gap": 10.0}) and not c["C2"].check({"mean_gap": 9.9})
     assert c["C3"].check({"m": {"gap": 20.0}, "l": {"gap": 30.0}}) and not c["C3"].check({"m": {"gap": 19.0}})
     assert not c["C3"].check({})
-    assert c["C4"].check({"spearman": 0.7}) and not c["C4"].check({"spearman": 0.69})
+    assert c["C4"].check({"min_spearman": 0.7}) and not c["C4"].check({"min_spearman": 0.69})
+    assert not c["C1"].check({})
+    c5 = {"gap": 5.0, "min_insertions": 0.1}
+    assert c["C5"].check(c5) and not c["C5"].check({**c5, "gap": 4.9})
+    assert not c["C5"].check({**c5, "min_insertions": 0.0}) and not c["C5"].check({})
+
+
+def test_claims_read_the_right_tasks_and_arms():
+    """C4 is the minimum of the per-task Spearman means; C5 compares DAEDAL with stage 1 only on the hidden task."""
+    from iclr26.daedal.experiment import claim_c4, claim_c5
+
+    per_seed = [
+        {
+            "spearman_stage1_per_task": {"a": 0.9, "b": 0.6, "h": 0.1},
+            "tasks": {"h": {"arms": {"daedal": {"insertions": x}}}},
+        }
+        for x in (0.5, 0.0)
+    ]
+    c4 = claim_c4(per_seed, ["a", "b"])
+    assert c4["min_spearman"] == pytest.approx(0.6) and c4["per_task"]["a"] == pytest.approx(0.9)
+    mean = {"h": {"daedal": {"acc": 70.0}, "stage1_only": {"acc": 60.0}}}
+    c5 = claim_c5(mean, per_seed, "h")
+    assert c5["gap"] == pytest.approx(10.0) and c5["insertions_per_seed"] == [0.5, 0.0] and c5["min_insertions"] == 0.0

@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,7 +221,7 @@ def test_paper_scale_through_run_experiment(tmp_path):
     rec = run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts, show_progress=False)
     res = json.loads((rec.out_dir / "results.json").read_text())
     assert res["metrics"]["fixed"]["N_tok"] == 8 and res["metrics"]["daedal"]["n"] == 1
-    assert [c["name"] for c in res["claims"]] == ["C1", "C2", "C3", "C4"]
+    assert [c["name"] for c in res["claims"]] == ["C1", "C2", "C3", "C4", "C5"]
 
 
 def test_eval_config_reaches_the_loader_and_the_self_check(tmp_path, monkeypatch):
@@ -263,3 +264,141 @@ def test_eval_config_reaches_the_loader_and_the_self_check(tmp_path, monkeypatch
     assert seen["trust_remote_code"] is True
     out = ev.evaluate(replace(cfg, self_check=False, trust_remote_code=False), tmp_path / "b")
     assert out["daedal"]["n"] == 2 and seen["trust_remote_code"] is False
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_boxed_extraction_matches_nested_braces_and_math_verify_checks_equivalence():
+    from iclr26.daedal.eval import is_correct, last_boxed
+
+    assert last_boxed("a \\boxed{1} then \\boxed{\\frac{\\sqrt{3}}{2}} end") == "\\frac{\\sqrt{3}}{2}"
+    assert last_boxed("\\boxed{unclosed") is None and last_boxed("none") is None
+    assert extract_prediction("<answer> \\boxed{\\left( 3, \\frac{\\pi}{2} \\right)} </answer>") == (
+        "\\left( 3, \\frac{\\pi}{2} \\right)"
+    )
+    assert extract_prediction("only 12 here", number_fallback=False) is None
+    for pred, gold in [("0.5", "\\frac{1}{2}"), ("\\dfrac{\\sqrt3}{2}", "\\frac{\\sqrt{3}}{2}"), ("42.0", "42")]:
+        assert is_correct(pred, gold, "math_verify"), (pred, gold)
+    assert not is_correct("41", "42", "math_verify") and not is_correct(None, "42", "math_verify")
+    assert not is_correct("0.5", "\\frac{1}{2}", "number")  # the plain checker misses equivalent forms
+
+
+def test_official_task_prompt():
+    from iclr26.daedal.eval import ASSISTANT_PREFIX, build_prompt, task_prompt
+
+    text = task_prompt("What is 1 + 2?")
+    assert text.startswith("You are a math expert. You will be given a question to solve.")
+    assert "Wrap the final answer in a \\boxed{}. \nRespond in the following format:\n<reasoning>\n" in text
+    assert text.endswith("</answer>\n\nWhat is 1 + 2?\n\n")
+
+    class Tok:  # no chat template: the prompt text, a newline, then the assistant prefix
+        chat_template = None
+
+        def __call__(self, s, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in s]}
+
+    ids = build_prompt(Tok(), "What is 1 + 2?")
+    assert "".join(map(chr, ids)) == text + "\n" + ASSISTANT_PREFIX
+
+
+def test_math500_fixture_in_the_released_format_is_read_and_scored(tmp_path, monkeypatch):
+    import iclr26.daedal.eval as ev
+    from iclr26.daedal.config import PaperConfig
+
+    rows = ev.read_jsonl(FIXTURES / "math500_tiny.jsonl", "math500")
+    assert {"problem", "solution", "answer", "subject", "level", "unique_id"} <= set(rows[0])
+    with pytest.raises(ValueError, match="question"):
+        ev.read_jsonl(FIXTURES / "math500_tiny.jsonl", "gsm8k")
+    model, tok = tiny_bert(tmp_path)
+    monkeypatch.setattr(ev, "load_masked_diffusion_lm", lambda *a, **k: (model, tok))
+    # the decoded texts (in problem order) give each gold answer in another, equivalent form
+    texts = ["\\boxed{0.5}", "<answer> \\dfrac{\\sqrt3}{2} </answer>", "so \\boxed{(3,\\pi/2)}", "\\boxed{42}"]
+    for checker, expect in (("math_verify", 100.0), ("number", 25.0)):
+        calls = iter(texts)
+        monkeypatch.setattr(tok, "decode", lambda ids, skip_special_tokens=False, calls=calls: next(calls))
+        cfg = PaperConfig(
+            model_path="m",
+            data_path=str(FIXTURES / "math500_tiny.jsonl"),
+            task="math500",
+            checker=checker,
+            method="fixed",
+            fixed_length=4,
+            daedal=DaedalConfig(block_length=4),
+            mask_id=tok.mask_token_id,
+            eos_id=tok.sep_token_id,
+            batch_size=4,
+            device="cpu",
+            dtype="float32",
+            self_check=False,
+        )
+        s = ev.evaluate(cfg, tmp_path / checker)["fixed"]
+        assert (s["task"], s["n"], s["accuracy"]) == ("math500", 4, expect)
+        lines = (tmp_path / checker / "fixed" / "samples.jsonl").read_text().splitlines()
+        golds = [json.loads(ln)["gold"] for ln in lines]
+        assert golds == [r["answer"] for r in rows]
+
+
+@pytest.mark.dist
+def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path):
+    """eval.py under torchrun: 2 CPU processes (gloo) shard the problems and rank 0 writes all of them."""
+    import os
+    import subprocess
+    import sys
+
+    model, tok = tiny_bert(tmp_path)
+    mdir = tmp_path / "model"
+    model.save_pretrained(mdir)
+    tok.save_pretrained(mdir)
+    data = tmp_path / "gsm.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"question": f"what is {a} + 1 ?", "answer": f"#### {a + 1}"}) for a in range(5)) + "\n"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=0",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:0",
+        "-m",
+        "iclr26.daedal.eval",
+        "--model",
+        str(mdir),
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--mask-id",
+        str(tok.mask_token_id),
+        "--eos-id",
+        str(tok.sep_token_id),
+        "--block-length",
+        "4",
+        "--initial-length",
+        "4",
+        "--max-length",
+        "8",
+        "--eos-window",
+        "4",
+        "--expansion-factor",
+        "4",
+        "--gen-length",
+        "4",
+        "--batch-size",
+        "2",
+        "--no-self-check",
+        "--checker",
+        "number",
+    ]
+    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for method in ("daedal", "fixed"):
+        s = json.loads((tmp_path / "out" / method / "summary.json").read_text())
+        lines = (tmp_path / "out" / method / "samples.jsonl").read_text().splitlines()
+        assert s["n"] == 5 and [json.loads(ln)["index"] for ln in lines] == [0, 1, 2, 3, 4]

@@ -140,3 +140,34 @@ def test_sft_batch_layout_and_loss_weighting():
         l2 = llada_sft_loss(model, b, 2 * t, noise * 2)
     # scaling t by 2 with the same masked set halves the 1/t-weighted loss
     assert float(l2) == pytest.approx(float(l1) / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("task,lo,hi", [("rep2", 33, 73), ("rep3", 49, 109), ("rep4", 65, 129), ("chain", 16, 49)])
+def test_reproduction_task_lengths(task, lo, hi):
+    probs = T.make_problems(task, 400, 0)
+    lens = [len(p.target) for p in probs]
+    assert min(lens) == lo and max(lens) == hi  # every length in range is drawn, none outside
+    for p in probs[:50]:
+        assert T.is_correct(p, list(p.target) + [T.EOS] * 3)
+        assert not T.is_correct(p, list(p.target)[:-2] + [T.EOS])
+        assert len(p.prompt) <= T.PROMPT_WIDTH and len(p.target) < 136  # fits the small training canvas
+
+
+def test_rep_k_and_chain_semantics_by_hand():
+    rng = np.random.default_rng(7)
+    for k in (2, 3, 4):
+        p = T.make_problem(f"rep{k}", rng)
+        digits = p.prompt[2:-1]
+        assert p.answer == tuple(digits[-k:]) * (2 * len(digits)) and p.target[-1] == T.SEMI
+    for _ in range(20):
+        c = T.make_problem("chain", rng)
+        s, step, e = (T.hex_value(t) for t in c.prompt[2:5])
+        assert step % 2 == 1  # odd steps: the walk visits all 16 states before repeating
+        states = [T.hex_value(t) for t in c.answer[0::3]]
+        assert c.answer[1::3] == c.answer[0::3] and set(c.answer[2::3]) == {T.BAR}
+        assert states[0] == s and states[-1] == e and e not in states[:-1]
+        assert all((b - a) % 16 == step for a, b in zip(states, states[1:], strict=False))
+        assert len(c.target) == 3 * len(states) + 1
+    assert [T.hex_value(T.hex_id(v)) for v in range(16)] == list(range(16))
+    with pytest.raises(ValueError):
+        T.hex_id(16)

@@ -18,10 +18,12 @@ from .model import TinyMDMConfig
 
 @dataclass(frozen=True)
 class PaperConfig:
-    """Paper scale: a local LLaDA checkpoint on a local GSM8K-format JSONL (nothing downloads).
+    """Paper scale: a local LLaDA checkpoint on a local GSM8K or MATH500 JSONL (nothing downloads).
 
     model_path: local model directory (LLaDA-8B-Instruct, LLaDA-1.5 or any *ForMaskedLM).
-    data_path: local GSM8K-format JSONL, one {"question", "answer"} per line.
+    data_path: local JSONL in the released format of the task (gsm8k: question, answer; math500: problem, answer).
+    task: gsm8k or math500 (the official prompt and the data set's field names).
+    checker: answer check: math_verify (symbolic, via math-verify) or number (numbers, else exact strings).
     method: which decoder runs: daedal, fixed (LLaDA at fixed_length) or both (the claims need both).
     fixed_length: the fixed baseline's canvas length (steps = length, block = daedal.block_length).
     daedal: DAEDAL's thresholds and lengths (paper defaults; block_length is the baseline's block too).
@@ -40,6 +42,8 @@ class PaperConfig:
 
     model_path: str = ""
     data_path: str = ""
+    task: Literal["gsm8k", "math500"] = "gsm8k"
+    checker: Literal["math_verify", "number"] = "math_verify"
     method: Literal["daedal", "fixed", "both"] = "both"
     fixed_length: int = 512
     daedal: DaedalConfig = DaedalConfig()
@@ -74,6 +78,7 @@ class RunConfig:
 
     model: the tiny masked-diffusion LM and its SFT run (smoke / small scale).
     daedal: DAEDAL at smoke / small scale: the paper's thresholds, lengths scaled to the tasks.
+    hidden_length_task: the task of claim C5 (length not readable from the prompt); C1-C4 use the others.
     n_eval: held-out problems per task.
     lengths: canvas lengths of the fixed-length baseline (must include daedal.initial_length, for C3).
     stage2_inits: initial lengths of the "stage 2 only" ablation (Table 3).
@@ -82,27 +87,16 @@ class RunConfig:
     paper: paper scale (local checkpoint and data).
     """
 
-    model: TinyMDMConfig = TinyMDMConfig(
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        d_ff=256,
-        steps=800,
-        batch_size=32,
-        train_max_canvas=48,
-        max_len=88,
-        tasks=("rep", "alt", "pairs"),
-        warmup_steps=50,
-        lr=3e-3,
-    )
+    model: TinyMDMConfig = TinyMDMConfig()
     daedal: DaedalConfig = DaedalConfig(
-        initial_length=8, max_length=48, block_length=8, expansion_factor=4, eos_window=8, eos_anchor=4
+        initial_length=8, max_length=136, block_length=8, expansion_factor=4, eos_window=8, eos_anchor=4
     )
-    n_eval: int = 64
-    # the spec's roughly geometric grid (the paper doubles L) without 96 (CPU time); 64 lies beyond the
-    # longest training canvas (48), as 2048 does for LLaDA
-    lengths: tuple[int, ...] = (8, 16, 24, 32, 48, 64)
-    stage2_inits: tuple[int, ...] = (8, 16, 32)
+    hidden_length_task: str = "chain"
+    n_eval: int = 48
+    # a roughly geometric grid (the paper doubles L from 64 to 2048) from L_init up to L_max, the
+    # longest training canvas
+    lengths: tuple[int, ...] = (8, 24, 48, 80, 136)
+    stage2_inits: tuple[int, ...] = (8, 32)
     eval_seed: int = 12345
     threads: int = 1
     paper: PaperConfig = PaperConfig()
@@ -112,6 +106,10 @@ class RunConfig:
             raise ValueError("n_eval and threads must be >= 1")
         if not self.lengths or min(self.lengths) < 1 or (self.stage2_inits and min(self.stage2_inits) < 1):
             raise ValueError("lengths must be non-empty and every length >= 1")
+        if self.hidden_length_task and self.hidden_length_task not in self.model.tasks:
+            raise ValueError(f"hidden_length_task {self.hidden_length_task!r} is not in model.tasks {self.model.tasks}")
+        if len([t for t in self.model.tasks if t != self.hidden_length_task]) < 1:
+            raise ValueError("claims C1-C4 need at least one task besides hidden_length_task")
         if self.daedal.initial_length not in self.lengths:
             raise ValueError(
                 f"lengths {self.lengths} must include daedal.initial_length={self.daedal.initial_length} (claim C3)"
@@ -119,9 +117,10 @@ class RunConfig:
 
 
 def config_for(scale: str) -> RunConfig:
-    """smoke: a 2-layer d=32 model for 80 steps, 8 problems, lengths 8 and 16; small and paper: the defaults."""
+    """smoke: a d=32 model for 80 steps, 8 problems, lengths 8 and 16, L_max 32; small and paper: the defaults."""
     base = RunConfig()
     if scale == "smoke":
-        model = replace(base.model, d_model=32, d_ff=128, steps=80, batch_size=16, max_len=72, warmup_steps=10)
-        return replace(base, model=model, n_eval=8, lengths=(8, 16), stage2_inits=(8,))
+        model = replace(base.model, d_model=32, d_ff=128, steps=80, batch_size=16, warmup_steps=10)
+        daedal = replace(base.daedal, max_length=32)
+        return replace(base, model=model, daedal=daedal, n_eval=8, lengths=(8, 16), stage2_inits=(8,))
     return base

@@ -1,22 +1,28 @@
-"""Paper-scale evaluation on a local GSM8K-format JSONL, one process or sharded under torchrun.
+"""Paper-scale evaluation on a local GSM8K or MATH500 JSONL, one process or sharded under torchrun.
 
 ::
 
     python -m iclr26.daedal.eval --model /path/LLaDA-8B-Instruct --trust-remote-code \\
         --data gsm8k_test.jsonl --method daedal --out results/ --device cuda --dtype bfloat16
     torchrun --nproc_per_node=8 -m iclr26.daedal.eval --model ... --data ... --method fixed --gen-length 512
+    torchrun --nproc_per_node=8 -m iclr26.daedal.eval --task math500 --data math500_test.jsonl ...
 
 Every flag is a field of :class:`~iclr26.daedal.config.PaperConfig` (or of its ``daedal``
 :class:`~iclr26.daedal.generate.DaedalConfig`) and takes its default from there, the same fields
 ``iclr26 run daedal --scale paper --set paper.FIELD=...`` sets (``--help`` lists them).
 
-Each line of the JSONL is ``{"question": str, "answer": str}`` with the gold number after ``####``
-(the GSM8K format). Rank r of W takes problems r, r + W, ...; results are gathered on rank 0,
-which writes ``<out>/<method>/samples.jsonl`` and ``summary.json`` (accuracy, E_tok, N_tok, E_ratio, NFE).
+Data (the released formats): GSM8K (``openai/gsm8k``, main, test) lines are ``{"question", "answer"}``
+with the gold number after ``####``; MATH500 (``HuggingFaceH4/MATH-500``, test) lines are
+``{"problem", "solution", "answer", "subject", "level", "unique_id"}`` with the gold in ``answer``.
+Rank r of W takes problems r, r + W, ...; results are gathered on rank 0, which writes
+``<out>/<method>/samples.jsonl`` and ``summary.json`` (accuracy, E_tok, N_tok, E_ratio, NFE).
 
-Prompt: the tokenizer's chat template (when it has one) with the question, then the assistant turn
-pre-filled with ``"<reasoning> "`` as in the released code. Answer: the last ``\\boxed{...}``, else
-the content of ``<answer>...</answer>``, else the last number; compared as numbers.
+Prompt: the official task prompt (``dllm_eval/tasks/gsm8k/utils.py`` ``gsm_prompt`` and
+``dllm_eval/tasks/math500/utils.py`` ``math500_prompt``: the same instruction, then the question)
+in the tokenizer's chat template, the assistant turn pre-filled with ``"<reasoning> "`` as in the
+released code. Answer: the last ``\\boxed{...}`` (braces matched), else the content of
+``<answer>...</answer>`` (as ``metrics/gsm8k.py``); checked with math-verify (``checker="math_verify"``,
+default) or as a plain number / string (``checker="number"``).
 """
 
 from __future__ import annotations
@@ -39,14 +45,33 @@ from .generate import DaedalConfig, daedal_generate, llada_fixed_generate
 from .hf import HFMaskedDiffusionAdapter, check_llada_ids, load_masked_diffusion_lm
 from .metrics import effective_length
 
-INSTRUCTION = (
-    "Solve the following math problem. Reason inside <reasoning> </reasoning>, then write the "
-    "final answer inside <answer> </answer> as \\boxed{{number}}.\n\n{question}"
+# the official task prompt: the instruction of dllm_eval/tasks/{gsm8k,math500}/utils.py, then the question
+OFFICIAL_INSTRUCTION = (
+    "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the final "
+    "answer in a \\boxed{}. \n"
+    "Respond in the following format:\n"
+    "<reasoning>\n"
+    "Your reasoning here\n"
+    "</reasoning>\n"
+    "<answer>\n"
+    "\\boxed{...}\n"
+    "</answer>"
 )
 ASSISTANT_PREFIX = "<reasoning> "
+# field names of the released data sets: (question field, gold field)
+TASK_FIELDS = {"gsm8k": ("question", "answer"), "math500": ("problem", "answer")}
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+def task_prompt(question: str) -> str:
+    """The official ``gsm_prompt`` / ``math500_prompt`` text for one question."""
+    return f"{OFFICIAL_INSTRUCTION}\n\n{question}\n\n"
+
+
+def read_jsonl(path: str | Path, task: str = "gsm8k") -> list[dict[str, Any]]:
+    """Rows of a GSM8K or MATH500 JSONL in the released format (see the module docstring)."""
+    if task not in TASK_FIELDS:
+        raise ValueError(f"unknown task {task!r}; choose from {sorted(TASK_FIELDS)}")
+    need = TASK_FIELDS[task]
     rows = []
     with open(path) as f:
         for i, line in enumerate(f):
@@ -56,27 +81,46 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{i + 1}: not JSON ({e.msg})") from e
-            if "question" not in row or "answer" not in row:
-                raise ValueError(f"{path}:{i + 1}: needs 'question' and 'answer' fields")
+            missing = [k for k in need if k not in row]
+            if missing:
+                raise ValueError(f"{path}:{i + 1}: a {task} line needs the fields {list(need)}, missing {missing}")
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no problems")
     return rows
 
 
-def gold_answer(answer: str) -> str:
-    """GSM8K gold: the text after the last ``####``."""
-    return answer.split("####")[-1].strip().replace(",", "")
+def gold_answer(answer: str, task: str = "gsm8k") -> str:
+    """GSM8K gold: the text after the last ``####``; MATH500 gold: the ``answer`` field as it is."""
+    if task == "gsm8k":
+        return answer.split("####")[-1].strip().replace(",", "")
+    return str(answer).strip()
 
 
-def extract_prediction(text: str) -> str | None:
-    """Last ``\\boxed{...}``, else ``<answer>...</answer>``, else the last number in the text."""
-    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    if boxed:
-        return boxed[-1].strip()
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (nested braces matched), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j].strip()
+    return None
+
+
+def extract_prediction(text: str, number_fallback: bool = True) -> str | None:
+    """Last ``\\boxed{...}``, else ``<answer>...</answer>``, else (``number_fallback``) the last number."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
     ans = re.findall(r"<answer>(.*?)</answer>", text, flags=re.S)
     if ans:
         return ans[-1].strip()
+    if not number_fallback:
+        return None
     nums = re.findall(r"-?\d[\d,]*\.?\d*", text)
     return nums[-1] if nums else None
 
@@ -92,8 +136,30 @@ def same_number(pred: str | None, gold: str) -> bool:
         return p == g
 
 
+def math_equal(pred: str | None, gold: str) -> bool:
+    """math-verify: the prediction and the gold parsed as LaTeX / expressions and compared symbolically."""
+    if pred is None:
+        return False
+    from math_verify import parse, verify
+
+    g, p = parse(f"${gold}$"), parse(f"${pred}$")
+    if not g or not p:
+        return same_number(pred, gold)
+    return bool(verify(g, p))
+
+
+def is_correct(pred: str | None, gold: str, checker: str = "math_verify") -> bool:
+    """``checker``: "math_verify" (symbolic, the paper-scale default) or "number" (numbers, else strings)."""
+    if checker == "math_verify":
+        return math_equal(pred, gold)
+    if checker == "number":
+        return same_number(pred, gold)
+    raise ValueError(f"unknown checker {checker!r}")
+
+
 def build_prompt(tokenizer: Any, question: str) -> list[int]:
-    text = INSTRUCTION.format(question=question)
+    """Token ids: the official task prompt in the chat template, then the ``"<reasoning> "`` prefix."""
+    text = task_prompt(question)
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
@@ -166,7 +232,7 @@ def evaluate(cfg: PaperConfig, out_dir: str | Path) -> dict[str, dict[str, Any]]
     # each rank bound to cuda:LOCAL_RANK before the process group (and any collective) exists
     rank, world = setup_distributed(device)
     device = rank_device(device)
-    data = read_jsonl(cfg.data_path)
+    data = read_jsonl(cfg.data_path, cfg.task)
     if cfg.limit:
         data = data[: cfg.limit]
     model, tok = load_masked_diffusion_lm(
@@ -200,25 +266,38 @@ def _decode(fn, tok, data, cfg: PaperConfig, method: str, device, rank: int, wor
     """This rank's share (problems rank, rank + world, ...) decoded with ``method``."""
     bs = cfg.batch_size if cfg.attention_mask else 1
     dc = cfg.daedal
+    q_field, gold_field = TASK_FIELDS[cfg.task]
     mine = list(range(rank, len(data), world))
     records = []
     for start in range(0, len(mine), bs):
         idx = mine[start : start + bs]
-        prompts = [torch.tensor(build_prompt(tok, data[i]["question"]), dtype=torch.long, device=device) for i in idx]
+        prompts = [torch.tensor(build_prompt(tok, data[i][q_field]), dtype=torch.long, device=device) for i in idx]
         if method == "daedal":
             out = daedal_generate(fn, prompts, cfg.mask_id, cfg.eos_id, dc)
         else:
             L = cfg.fixed_length
-            out = llada_fixed_generate(fn, prompts, L, L, dc.block_length, cfg.mask_id, cfg.eos_id)
+            out = llada_fixed_generate(
+                fn,
+                prompts,
+                L,
+                L,
+                dc.block_length,
+                cfg.mask_id,
+                cfg.eos_id,
+                attend_prompt_padding=dc.attend_prompt_padding,
+                cfg_mask_prompt_padding=dc.cfg_mask_prompt_padding,
+                cfg_scale=dc.cfg_scale,
+                temperature=dc.temperature,
+            )
         for k, i in enumerate(idx):
             seq = out.sequences[k]
             text = tok.decode(seq.tolist(), skip_special_tokens=False)
-            pred = extract_prediction(text)
-            gold = gold_answer(data[i]["answer"])
+            pred = extract_prediction(text, number_fallback=cfg.checker == "number")
+            gold = gold_answer(data[i][gold_field], cfg.task)
             records.append(
                 {
                     "index": i,
-                    "correct": same_number(pred, gold),
+                    "correct": is_correct(pred, gold, cfg.checker),
                     "pred": pred,
                     "gold": gold,
                     "N_tok": int(seq.numel()),
@@ -241,6 +320,8 @@ def _write(records: list[dict[str, Any]], cfg: PaperConfig, method: str, out_dir
     total_e, total_n = sum(r["E_tok"] for r in records), sum(r["N_tok"] for r in records)
     summary = {
         "method": method,
+        "task": cfg.task,
+        "checker": cfg.checker,
         "n": n,
         "accuracy": 100.0 * sum(r["correct"] for r in records) / n,
         "E_tok": total_e / n,

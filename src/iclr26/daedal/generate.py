@@ -4,10 +4,20 @@ Both decoders only need a *model function*::
 
     model_fn(input_ids [B, T] long, attention_mask [B, T] bool) -> logits [B, T, V]
 
-Layout of a batch (as in the official batch-inference code): prompts are LEFT-padded to a common
-width ``P`` (``prompt_mask`` says which prompt positions are real), the generation canvas of row
-``b`` occupies ``[P, P + L_b)`` and the rest of the row is right-padded with EOS and hidden from
-attention by the length-derived mask. A row therefore decodes exactly as it would alone (tested).
+Layout of a batch: prompts are LEFT-padded to a common width ``P`` (``prompt_mask`` says which
+prompt positions are real), the generation canvas of row ``b`` occupies ``[P, P + L_b)`` and the
+rest of the row is right-padded with EOS and hidden from attention by the length-derived mask, as in
+the official batch-inference code (``models/LLaDA_DAEDAL.py``, ``generate``).
+
+Two differences from that code, each a flag with the official behaviour available:
+
+* the official attention mask only cuts each row at ``P + L_b``, so the LEFT pads of the prompt are
+  attended to and a row's decode depends on the width of its batch. Here the pads are hidden by
+  default, so a row decodes exactly as it would alone (tested); ``attend_prompt_padding=True`` is the
+  official behaviour;
+* the classifier-free-guidance unconditional pass of the official code masks every prompt position,
+  pads included; here it masks the real prompt tokens by default, and
+  ``cfg_mask_prompt_padding=True`` is the official behaviour (with hidden pads the two agree).
 
 Notation (paper §3): ``p_i = softmax(logits_i)``, ``a_i = argmax p_i``, confidence ``c_i = p_i[a_i]``
 (softmax over the *raw* logits, also when sampling with a temperature).
@@ -65,6 +75,11 @@ class DaedalConfig:
     mask_insertion: allow stage-2 insertions (False = the "stage 1 only" ablation).
     temperature: Gumbel-max sampling temperature (0 = greedy argmax, the paper's setting).
     cfg_scale: classifier-free guidance scale (0 = off, the paper's setting).
+    attend_prompt_padding: attend to the prompts' left pads (True, official code) or hide them (False).
+        False (default): a padded row decodes exactly as the same row alone. True: the official
+        attention mask, which only cuts each row after its canvas, so pads are visible.
+    cfg_mask_prompt_padding: CFG's unconditional pass masks every prompt position (True, official) or only real ones.
+        True: pads included, as the official code; False (default): only the real prompt tokens.
     """
 
     initial_length: int = 64
@@ -84,6 +99,8 @@ class DaedalConfig:
     mask_insertion: bool = True
     temperature: float = 0.0
     cfg_scale: float = 0.0
+    attend_prompt_padding: bool = False
+    cfg_mask_prompt_padding: bool = False
 
     def __post_init__(self) -> None:
         if self.initial_length < 1 or self.max_length < self.initial_length:
@@ -163,11 +180,23 @@ def left_pad_prompts(
     return ids, mask
 
 
-def _forward(model_fn: ModelFn, x: Tensor, attn: Tensor, n_prompt: int, mask_id: int, cfg_scale: float) -> Tensor:
-    """Logits [B, T, V] (float32); with CFG: ``l_u + (s + 1)(l_c - l_u)``, the prompt masked for l_u."""
+def prompt_masks(p_mask: Tensor, attend_padding: bool, cfg_mask_padding: bool) -> tuple[Tensor, Tensor]:
+    """(attention over the prompt [B, P], prompt positions masked by CFG's unconditional pass [B, P]).
+
+    ``attend_padding`` / ``cfg_mask_padding`` True: every prompt position (the official code);
+    False: the real prompt tokens only (``p_mask``).
+    """
+    every = torch.ones_like(p_mask, dtype=torch.bool)
+    return (every if attend_padding else p_mask), (every if cfg_mask_padding else p_mask)
+
+
+def _forward(model_fn: ModelFn, x: Tensor, attn: Tensor, uncond: Tensor, mask_id: int, cfg_scale: float) -> Tensor:
+    """Logits [B, T, V] (float32); with CFG: ``l_u + (s + 1)(l_c - l_u)``, where l_u sees the prompt
+    positions ``uncond`` [B, P] replaced by MASK."""
     if cfg_scale > 0:
         un = x.clone()
-        un[:, :n_prompt] = torch.where(attn[:, :n_prompt], torch.full_like(un[:, :n_prompt], mask_id), un[:, :n_prompt])
+        n_prompt = uncond.shape[1]
+        un[:, :n_prompt] = torch.where(uncond, torch.full_like(un[:, :n_prompt], mask_id), un[:, :n_prompt])
         logits = model_fn(torch.cat([x, un]), torch.cat([attn, attn]))
         cond, uncond = logits.chunk(2)
         logits = uncond + (cfg_scale + 1.0) * (cond - uncond)
@@ -268,6 +297,8 @@ def llada_fixed_generate(
     remasking: Literal["low_confidence", "random"] = "low_confidence",
     tau_high: float | None = None,
     generator: torch.Generator | None = None,
+    attend_prompt_padding: bool = False,
+    cfg_mask_prompt_padding: bool = False,
 ) -> GenerationOutput:
     """LLaDA's fixed-length decoder (the paper's baseline).
 
@@ -280,6 +311,10 @@ def llada_fixed_generate(
     ``tau_high`` (not in LLaDA): the "baseline + threshold fill" control. Each step then reveals
     every masked position of the current block with ``c_i > tau_high`` and ``a_i != MASK``, or the
     single most confident one if none is, until the block is done (adaptive step count).
+
+    ``attend_prompt_padding`` / ``cfg_mask_prompt_padding``: as in :class:`DaedalConfig` (True = the
+    official ``models/LLaDA.py``, which calls the model without an attention mask and masks every
+    prompt position for CFG).
     """
     if gen_length < 1 or block_length < 1 or gen_length % block_length:
         raise ValueError(f"gen_length={gen_length} must be a positive multiple of block_length={block_length}")
@@ -289,10 +324,11 @@ def llada_fixed_generate(
     if remasking not in ("low_confidence", "random"):
         raise ValueError(f"unknown remasking {remasking!r}")
     p_ids, p_mask = left_pad_prompts(prompts, eos_id, prompt_mask)
+    p_attn, uncond = prompt_masks(p_mask, attend_prompt_padding, cfg_mask_prompt_padding)
     B, P = p_ids.shape
     dev = p_ids.device
     x = torch.cat([p_ids, torch.full((B, gen_length), mask_id, dtype=torch.long, device=dev)], 1)
-    attn = torch.cat([p_mask, torch.ones(B, gen_length, dtype=torch.bool, device=dev)], 1)
+    attn = torch.cat([p_attn, torch.ones(B, gen_length, dtype=torch.bool, device=dev)], 1)
     nfe = torch.zeros(B, dtype=torch.long)
     per_call = 2 if cfg_scale > 0 else 1
     for nb in range(num_blocks):
@@ -306,7 +342,7 @@ def llada_fixed_generate(
             is_mask = x == mask_id
             if not bool(is_mask[:, lo:hi].any()):
                 break
-            logits = _forward(model_fn, x, attn, P, mask_id, cfg_scale)
+            logits = _forward(model_fn, x, attn, uncond, mask_id, cfg_scale)
             nfe += per_call * is_mask[:, lo:hi].any(1).long().cpu()  # passes this row needed
             a = _sample(logits, temperature, generator)
             probs = logits.softmax(-1)
@@ -398,14 +434,15 @@ def initial_length_adjustment(
     counting passes). Returns (L per row, passes per row).
     """
     B, P = p_ids.shape
+    p_attn, uncond = prompt_masks(p_mask, cfg.attend_prompt_padding, cfg.cfg_mask_prompt_padding)
     L = torch.full((B,), cfg.initial_length, dtype=torch.long)
     nfe = torch.zeros(B, dtype=torch.long)
     active = L < cfg.max_length
     per_call = 2 if cfg.cfg_scale > 0 else 1
     while bool(active.any()):
         rows = [torch.full((int(L[b]),), mask_id, dtype=torch.long, device=p_ids.device) for b in range(B)]
-        x, attn = _canvas_batch(p_ids, p_mask, rows, eos_id)
-        logits = _forward(model_fn, x, attn, P, mask_id, cfg.cfg_scale)
+        x, attn = _canvas_batch(p_ids, p_attn, rows, eos_id)
+        logits = _forward(model_fn, x, attn, uncond, mask_id, cfg.cfg_scale)
         nfe += per_call * active.long()
         conf = eos_confidence(logits, P, L, eos_id, cfg.eos_window, cfg.eos_conf_mode).cpu()
         grow = active & (conf < cfg.tau_eos)
@@ -485,9 +522,10 @@ def daedal_generate(
     active = [bool((r == mask_id).any()) for r in rows]
     for b in range(B):
         cur[b] = _advance(rows[b], 0, cfg.block_length, mask_id)
+    p_attn, uncond = prompt_masks(p_mask, cfg.attend_prompt_padding, cfg.cfg_mask_prompt_padding)
     while any(active):
-        x, attn = _canvas_batch(p_ids, p_mask, rows, eos_id)
-        logits = _forward(model_fn, x, attn, P, mask_id, cfg.cfg_scale)
+        x, attn = _canvas_batch(p_ids, p_attn, rows, eos_id)
+        logits = _forward(model_fn, x, attn, uncond, mask_id, cfg.cfg_scale)
         lengths = torch.tensor([r.numel() for r in rows], device=dev)
         a_all = _sample(logits, cfg.temperature, generator)[:, P:]
         c_all = logits[:, P:].softmax(-1).gather(-1, a_all[..., None]).squeeze(-1)

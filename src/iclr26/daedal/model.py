@@ -31,7 +31,7 @@ from . import tasks as T
 
 @dataclass(frozen=True)
 class TinyMDMConfig:
-    """The tiny masked-diffusion LM and its SFT run.
+    """The tiny masked-diffusion LM and its SFT run; the defaults are the ones ``small`` uses.
 
     d_model: transformer width.
     n_layers: transformer layers.
@@ -51,16 +51,16 @@ class TinyMDMConfig:
     """
 
     d_model: int = 64
-    n_layers: int = 3
+    n_layers: int = 2
     n_heads: int = 4
     d_ff: int = 256
-    max_len: int = 128
-    train_max_canvas: int = 72
-    tasks: tuple[str, ...] = ("rev", "cumsum", "add")
-    steps: int = 3000
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup_steps: int = 200
+    max_len: int = 160
+    train_max_canvas: int = 136
+    tasks: tuple[str, ...] = ("rep2", "rep3", "rep4", "chain")
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
     t_min: float = 1e-3
     stratified_t: bool = True
     weight_by_t: bool = True

@@ -40,7 +40,9 @@ DIGITS = tuple(range(10))
 PLUS, EQ, COMMA, SEMI, BAR = 10, 11, 12, 13, 14
 TAGS = {"rev": 15, "cumsum": 16, "add": 17, "dup": 18, "rep": 19, "alt": 20, "pairs": 21}
 BOS, SEP, EOS, MASK = 22, 23, 24, 25
-VOCAB_SIZE = 26
+HEX_LETTERS = (26, 27, 28, 29, 30, 31)  # the hexadecimal symbols A-F (0-9 are the digits)
+TAGS.update({"rep2": 32, "rep3": 33, "rep4": 34, "chain": 35})
+VOCAB_SIZE = 36
 PROMPT_WIDTH = 24
 TOKEN_NAMES = {
     **{d: str(d) for d in DIGITS},
@@ -54,8 +56,24 @@ TOKEN_NAMES = {
     SEP: "<sep>",
     EOS: "<eos>",
     MASK: "<mask>",
+    **{v: "ABCDEF"[k] for k, v in enumerate(HEX_LETTERS)},
 }
-TASKS = ("rev", "cumsum", "add", "dup", "rep", "alt", "pairs")
+TASKS = ("rev", "cumsum", "add", "dup", "rep", "alt", "pairs", "rep2", "rep3", "rep4", "chain")
+# n (number of prompt digits) of the rep-K tasks: answer length 2Kn + 1
+REP_K_DIGITS = {"rep2": (8, 18), "rep3": (8, 18), "rep4": (8, 16)}
+CHAIN_HOPS = (5, 16)  # hops of the chain task: answer length 3h + 1
+
+
+def hex_id(v: int) -> int:
+    """Token id of the hexadecimal symbol ``v`` in 0..15."""
+    if not 0 <= v < 16:
+        raise ValueError(f"hex symbol out of range: {v}")
+    return v if v < 10 else HEX_LETTERS[v - 10]
+
+
+def hex_value(tok: int) -> int:
+    """Inverse of :func:`hex_id`."""
+    return tok if 0 <= tok < 10 else HEX_LETTERS.index(tok) + 10
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,20 @@ def make_problem(task: str, rng: np.random.Generator) -> Problem:
         d = [int(v) for v in rng.integers(0, 10, n)]
         ans = tuple(t for _ in range(n) for t in (d[-2], d[-1], BAR))
         return Problem(task, (BOS, TAGS[task], *d, SEP), (*ans, SEMI), ans)
+    if task in REP_K_DIGITS:
+        k = int(task[-1])
+        lo, hi = REP_K_DIGITS[task]
+        n = int(rng.integers(lo, hi + 1))
+        d = [int(v) for v in rng.integers(0, 10, n)]
+        ans = tuple(d[-k:]) * (2 * n)
+        return Problem(task, (BOS, TAGS[task], *d, SEP), (*ans, SEMI), ans)
+    if task == "chain":
+        s, step = int(rng.integers(0, 16)), 2 * int(rng.integers(0, 8)) + 1
+        h = int(rng.integers(CHAIN_HOPS[0], CHAIN_HOPS[1] + 1))
+        states = [(s + i * step) % 16 for i in range(h)]
+        ans = tuple(t for a in states for t in (hex_id(a), hex_id(a), BAR))
+        prompt = (BOS, TAGS[task], hex_id(s), hex_id(step), hex_id(states[-1]), SEP)
+        return Problem(task, prompt, (*ans, SEMI), ans)
     raise ValueError(f"unknown task {task!r}; choose from {TASKS}")
 
 
@@ -145,7 +177,8 @@ def extract_answer(task: str, canvas: Sequence[int] | Tensor) -> tuple[int, ...]
     if SEMI not in toks:
         return None
     k = toks.index(SEMI)
-    return tuple(toks[:k]) if task in ("rev", "dup", "rep", "alt", "pairs") else tuple(toks[k + 1 :])
+    before = ("rev", "dup", "rep", "alt", "pairs", "rep2", "rep3", "rep4", "chain")
+    return tuple(toks[:k]) if task in before else tuple(toks[k + 1 :])
 
 
 def is_correct(problem: Problem, canvas: Sequence[int] | Tensor) -> bool:
