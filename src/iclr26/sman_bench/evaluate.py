@@ -215,20 +215,9 @@ def multi_path_episode(
             obs = Observation(
                 text, None, overlay["elements"], f"{page}#{overlay['kind']}", app.name, rounds, list(history)
             )
-            a = safe_act(agent, obs)
-            rounds += 1
-            history.append(describe(a, overlay["elements"]))
-            role = (
-                overlay["roles"][a.index]
-                if a.kind == "click" and a.index is not None and 0 <= a.index < len(overlay["roles"])
-                else None
-            )
-            if a.kind == "back" or role == "dismiss":
-                overlay = None
-            elif role == "ad":
-                overlay = _ad_page(corpus)
-            else:
-                errors += 1
+            overlay, err, desc = _overlay_step(corpus, overlay, safe_act(agent, obs))
+            rounds, errors = rounds + 1, errors + err
+            history.append(desc)
             continue
         view = app.page(page)
         depth = page.count("_")
@@ -274,6 +263,19 @@ def multi_path_episode(
         row["matched"] = sum(int(p == t) for p, t in zip(page_path_ids(page), page_path_ids(task.name)))
         row["n_gold"] = len(page_path_ids(task.name))
     return row
+
+
+def _overlay_step(corpus: Corpus, overlay: dict, a: Action) -> tuple[dict | None, int, str]:
+    """One round on an overlay: Close/x or ``back`` dismisses it, the ad opens the ad app's landing page,
+    anything else is an error. Returns (the overlay now shown or None, #errors, the action's summary)."""
+    ok = a.kind == "click" and a.index is not None and 0 <= a.index < len(overlay["roles"])
+    role = overlay["roles"][a.index] if ok else None
+    desc = describe(a, overlay["elements"])
+    if a.kind == "back" or role == "dismiss":
+        return None, 0, desc
+    if role == "ad":
+        return _ad_page(corpus), 0, desc
+    return overlay, 1, desc
 
 
 def _overlay(corpus: Corpus, task: Task, rng, phrasing: str = "train") -> dict:
