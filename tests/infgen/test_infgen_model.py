@@ -34,8 +34,9 @@ def tiny_model(**kw):
     return m.eval()
 
 
-def rule(q, k, has_as):
-    """The group-causal attention rules, written independently, for one (query, key) pair."""
+def rule(q, k, has_as, as_own_mo=True, mo_all_ends=True):
+    """The group-causal attention rules, written independently, for one (query, key) pair (defaults: the
+    official attention, causal mask OR force mask)."""
     if k["t"] <= q["t"] - WINDOW:
         return False
     agent_as = (SOA, TYPE, MS, RS)
@@ -53,29 +54,35 @@ def rule(q, k, has_as):
             or (k["kind"] == MO and k["t"] == q["t"] - 1)
             or (k["kind"] in agent_as and same and k["t"] < q["t"])
             or (k["kind"] in (SOS, EOS) and k["t"] < q["t"])
+            or (as_own_mo and k["kind"] == MO and same and k["t"] < q["t"])
         )
     if q["kind"] == MO:
         return (
             (k["kind"] == MO and k["t"] == q["t"])
             or (k["kind"] == TL and k["t"] == q["t"])
             or (k["kind"] in agent_as and same and k["t"] <= q["t"])
-            or (k["kind"] in (SOS, EOS) and k["t"] <= q["t"] and (q["uid"], k["t"]) in has_as)
+            or (k["kind"] in (SOS, EOS) and k["t"] <= q["t"] and (mo_all_ends or (q["uid"], k["t"]) in has_as))
             or (k["kind"] == MO and same and k["t"] < q["t"])
         )
     raise AssertionError
 
 
-def test_mask_matches_rule_table(seq):
-    n = int(np.flatnonzero(seq.t < 5)[-1]) + 1  # steps 0..4 (T = 5), brute force over all pairs
+@pytest.mark.parametrize("as_own_mo, mo_all_ends", [(True, True), (False, True), (True, False), (False, False)])
+def test_mask_matches_rule_table(seq, as_own_mo, mo_all_ends):
+    sl = np.flatnonzero((seq.t >= 6) & (seq.t <= 10))  # steps 6..10 (an agent enters at 8), all pairs
     b = collate([seq])
-    meta = {k: b[k][:, :n] for k in ("kind", "t", "uid", "light", "seq")}
-    mask = group_mask(meta, meta, WINDOW)[0].numpy()
+    meta = {k: b[k][:, sl] for k in ("kind", "t", "uid", "light", "seq")}
+    n = len(sl)
+    flags = dict(as_sees_own_motion=as_own_mo, mo_sees_all_block_ends=mo_all_ends)
+    mask = group_mask(meta, meta, WINDOW, **flags)[0].numpy()
     toks = [{k: int(meta[k][0, i]) for k in meta} for i in range(n)]
     has_as = {(tk["uid"], tk["t"]) for tk in toks if tk["kind"] in (SOA, TYPE, MS, RS)}
-    expected = np.array([[rule(q, k, has_as) for k in toks] for q in toks])
+    expected = np.array([[rule(q, k, has_as, as_own_mo, mo_all_ends) for k in toks] for q in toks])
     assert mask.shape == expected.shape
     assert (mask == expected).all()
     assert mask.diagonal().all()
+    official = group_mask(meta, meta, WINDOW)[0].numpy()
+    assert (mask != official).any() == (not (as_own_mo and mo_all_ends))  # each flag matters on this scene
 
 
 def test_mask_window_hides_old_keys(seq):
@@ -160,3 +167,66 @@ def test_paper_configs():
     assert sizes["large"].d_model == 128 and sizes["xl"].n_heads == 8 and sizes["xl"].n_dec_layers == 6
     with pytest.raises(ValueError):
         InfGenConfig.paper("huge")
+
+
+def official_pair(q, k):
+    """The official attention for one pair, as the union of its causal and force masks (read from
+    ``_build_all_tokens_mask_for_{tl,tg,motion}`` and ``_build_force_mask_for_{tl,tg,motion}``): every step
+    holds the same agents in the same order, so a token is (kind, step, agent index, position in its block)."""
+    qk, kk, qt, kt = q["kind"], k["kind"], q["t"], k["t"]
+    agent = (SOA, TYPE, MS, RS)
+    same = q["agent"] >= 0 and q["agent"] == k["agent"]
+    if qk == TL:
+        causal = (kk == TL and kt == qt) or (kk == TL and k["light"] == q["light"] and kt < qt)
+        causal = causal or (kk == MO and kt == qt - 1)
+        force = kk == TL and k["light"] == q["light"] and kt < qt
+    elif qk in AS_KINDS:
+        causal = (kk in AS_KINDS and kt == qt and k["pos"] <= q["pos"]) or (kk == TL and kt == qt)
+        causal = causal or (kk == MO and kt == qt - 1)
+        causal = causal or (kk in AS_KINDS and kt < qt and k["pos"] == q["pos"])  # diag_tg: same position only
+        causal = causal or (kk in (SOS, EOS) and kt < qt)
+        force = qk in agent and kt < qt and same and (kk == MO or kk in agent)  # own motion and all four <AS>
+        force = force or (qk == SOS and kk == MO and kt == qt - 1)
+    else:
+        causal = (kk == MO and kt == qt) or (kk == TL and kt == qt) or (kk in agent and same and kt <= qt)
+        causal = causal or (kk in (SOS, EOS) and kt <= qt) or (kk == MO and same and kt < qt)
+        force = (
+            (kk in agent and same and kt <= qt) or (kk in (SOS, EOS) and kt <= qt) or (kk == MO and same and kt < qt)
+        )
+    return causal or force
+
+
+def test_default_mask_is_the_official_causal_or_force_mask():
+    from iclr26.infgen.tokenizer import END_UID_BASE
+    from iclr26.infgen.world import Scene
+
+    town = TinyTown()
+    T, A = 5, 3
+    states = np.zeros((T, A, 4))
+    states[..., 0] = np.arange(A)[None] * 8.0 - 40
+    states[..., 1] = -1.75
+    tl = np.zeros((T, town.map.num_lights), int)
+    scene = Scene(
+        states, np.ones((T, A), bool), np.tile([4.5, 1.9, 1.5], (A, 1)), np.zeros(A, int), np.arange(A), tl, town.map
+    )
+    s, _ = SceneTokenizer(motion=MotionTokenizer(n_bins=5), randomize_ids=False)(scene)
+    keep = np.flatnonzero(s.uid < END_UID_BASE)  # the official block has no SOA_end slot
+    b = collate([s])
+    meta = {k: b[k][:, keep] for k in ("kind", "t", "uid", "light", "seq")}
+    ours = group_mask(meta, meta, 100)[0].numpy()
+    toks = []
+    for i in keep:
+        block = np.flatnonzero((s.t == s.t[i]) & np.isin(s.kind, AS_KINDS) & (s.uid < END_UID_BASE))
+        toks.append(
+            dict(
+                kind=int(s.kind[i]),
+                t=int(s.t[i]),
+                light=int(s.light[i]),
+                agent=int(s.uid[i]),
+                pos=int(np.searchsorted(block, i)) if s.kind[i] in AS_KINDS else -1,
+            )
+        )
+    expected = np.array([[official_pair(q, k) for k in toks] for q in toks])
+    assert (ours == expected).all()
+    legacy = group_mask(meta, meta, 100, as_sees_own_motion=False, mo_sees_all_block_ends=False)[0].numpy()
+    assert (legacy != expected).any()

@@ -64,6 +64,10 @@ class InfGenConfig:
     rel_bias: use the relative-pose attention bias.
     abs_pose: also add an absolute pose embedding to every posed token (our addition, on by default).
     official_residual: the official residual quirk (see module docstring); default False (standard pre-LN).
+    as_sees_own_motion: <AS> tokens of an agent also attend to that agent's motion tokens at every earlier step
+        (official: True, from the force mask); False = only the motion tokens of the previous step.
+    mo_sees_all_block_ends: motion tokens attend to the sos/eos of every <AS> block up to their step
+        (official: True); False = only of the blocks that hold their agent.
     """
 
     d_model: int = 64
@@ -82,6 +86,8 @@ class InfGenConfig:
     rel_bias: bool = True
     abs_pose: bool = True
     official_residual: bool = False
+    as_sees_own_motion: bool = True
+    mo_sees_all_block_ends: bool = True
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -119,16 +125,31 @@ class InfGenConfig:
 # --------------------------------------------------------------------------------------------------
 
 
-def group_mask(q: dict[str, Tensor], k: dict[str, Tensor], window: int) -> Tensor:
+def group_mask(
+    q: dict[str, Tensor],
+    k: dict[str, Tensor],
+    window: int,
+    *,
+    as_sees_own_motion: bool = True,
+    mo_sees_all_block_ends: bool = True,
+) -> Tensor:
     """Allowed attention [B, Lq, Lk] between query and key tokens, from their metadata
     (``kind``, ``t``, ``uid``, ``light``, ``seq`` tensors of shape [B, Lq] / [B, Lk]).
 
     * TL_t  -> all TL at t; the same light at earlier steps; all MO at t-1.
     * AS_t  -> earlier-or-same AS tokens of the block (sequence order); all TL at t; all MO at t-1;
-      the same agent's AS tokens at earlier steps; earlier blocks' sos/eos.
-    * MO_t  -> all MO at t; all TL at t; the same agent's AS tokens at <= t and the sos/eos of those
-      blocks; the same agent's MO at < t.
+      the same agent's AS tokens (all four kinds) at earlier steps; earlier blocks' sos/eos; with
+      ``as_sees_own_motion`` also the same agent's MO at every earlier step.
+    * MO_t  -> all MO at t; all TL at t; the same agent's AS tokens at <= t; the sos/eos of every block at
+      <= t (``mo_sees_all_block_ends``) or only of the blocks that hold the agent (False); the same
+      agent's MO at < t.
     * only keys with t_k > t_q - window; padding never attended (a padding query sees itself only).
+
+    The defaults are the official attention: the union of ``_build_all_tokens_mask`` and
+    ``_build_all_force_mask`` (``scenestreamer_model.py``), which ``relation.compute_relation_for_scenestreamer``
+    ORs together (the force mask is not restricted to the causal one). The force mask is what gives an agent's
+    <AS> tokens its four earlier <AS> tokens (the causal mask alone keeps only the same position) and its own
+    motion history; motion tokens see the sos/eos of every block up to their step.
     """
     qk, kk = q["kind"][:, :, None], k["kind"][:, None, :]
     qt, kt = q["t"][:, :, None], k["t"][:, None, :]
@@ -150,12 +171,16 @@ def group_mask(q: dict[str, Tensor], k: dict[str, Tensor], window: int) -> Tenso
         | (k_agent_as & same_uid & (kt < qt))
         | (k_se & (kt < qt))
     )
-    # sos/eos of the blocks that contain the query agent: steps where it has agent-AS keys
-    own = (k_agent_as & same_uid).float()  # [B, Lq, Lk]
-    n_steps = int(torch.clamp(torch.cat([q["t"].flatten(), k["t"].flatten()]).max(), min=0)) + 2
-    onehot = F.one_hot(k["t"].clamp(min=0), n_steps).float()  # [B, Lk, S]
-    has_block = torch.bmm(own, onehot) > 0  # [B, Lq, S]
-    hb = torch.gather(has_block, 2, k["t"].clamp(min=0)[:, None, :].expand(-1, has_block.shape[1], -1))
+    if as_sees_own_motion:
+        m_as = m_as | (k_mo & same_uid & (kt < qt))
+    if mo_sees_all_block_ends:
+        hb = torch.ones_like(m_as)
+    else:  # sos/eos of the blocks that contain the query agent: steps where it has agent-AS keys
+        own = (k_agent_as & same_uid).float()  # [B, Lq, Lk]
+        n_steps = int(torch.clamp(torch.cat([q["t"].flatten(), k["t"].flatten()]).max(), min=0)) + 2
+        onehot = F.one_hot(k["t"].clamp(min=0), n_steps).float()  # [B, Lk, S]
+        has_block = torch.bmm(own, onehot) > 0  # [B, Lq, S]
+        hb = torch.gather(has_block, 2, k["t"].clamp(min=0)[:, None, :].expand(-1, has_block.shape[1], -1))
     m_mo = (
         (k_mo & (kt == qt))
         | (k_tl & (kt == qt))
@@ -485,7 +510,13 @@ class InfGenModel(nn.Module):
             kmeta = {k: torch.cat([cache.meta[k], qmeta[k]], 1) for k in META}
         else:
             kmeta = qmeta
-        allowed = group_mask(qmeta, kmeta, cfg.window)
+        allowed = group_mask(
+            qmeta,
+            kmeta,
+            cfg.window,
+            as_sees_own_motion=cfg.as_sees_own_motion,
+            mo_sees_all_block_ends=cfg.mo_sees_all_block_ends,
+        )
         neg = torch.where(allowed, 0.0, float("-inf"))[:, None]
         bias_self = self._bias(self.rel_self, qmeta, kmeta, True)
         mapk = {"pose": mc.pose, "has_pose": mc.valid}
