@@ -393,3 +393,20 @@ def test_pooling_is_the_learned_weighted_sum_over_time():
         for layer in m.mixer:
             z = layer(z)
         assert torch.allclose(m.encode(y, xd, xc), (z * w.view(1, -1, 1)).sum(1), atol=1e-5)
+
+
+def test_unit_distance_init_puts_the_median_nearest_root_distance_at_one_and_keeps_assignments():
+    y, xd, xc = _batch(40)
+    target = torch.randn(40, H)
+    plain = _model(n_roots=3)
+    plain.init_prototypes(y, xd, xc, target, seed=0)
+    m = _model(n_roots=3, unit_distance=True)
+    m.init_prototypes(y, xd, xc, target, seed=0)
+    with torch.no_grad():
+        z0, z = plain.encode(y, xd, xc), m.encode(y, xd, xc)
+    d0 = torch.cdist(z0, torch.stack([r.mu for r in plain.roots]))
+    d = torch.cdist(z, torch.stack([r.mu for r in m.roots]))
+    assert abs(float(d.min(1).values.median()) - 1.0) < 1e-4
+    assert torch.allclose(d * float(d0.min(1).values.median()), d0, rtol=1e-4, atol=1e-4)  # a pure rescaling
+    assert torch.equal(d.argmin(1), d0.argmin(1))
+    assert all(torch.equal(a.p, b.p) for a, b in zip(m.roots, plain.roots))

@@ -33,6 +33,9 @@ class ProtoTSConfig:
     revin: reversible instance normalisation of the history (not stated in the paper; off).
     proto_init: root initialisation before stage 1: "kmeans" (k-means on the untrained encoder's Z^, curves =
         cluster mean futures) or "random" (mu ~ N(0, I), p ~ 0.1 N(0, I)); not stated in the paper.
+    unit_distance: with the k-means init, divide the pooling W and every mu by the median distance from a training
+        Z^ to its nearest root, so that this distance is 1 and the softmax of Eq. 4 starts responsive rather than
+        saturated (an initialisation only: Eq. 4 keeps no temperature, and W and mu stay free to grow).
     """
 
     d: int = 64
@@ -51,6 +54,7 @@ class ProtoTSConfig:
     split_eps: float = 0.05
     revin: bool = False
     proto_init: Literal["kmeans", "random"] = "kmeans"
+    unit_distance: bool = False
 
 
 @dataclass(frozen=True)

@@ -347,7 +347,8 @@ class ProtoTS(nn.Module):
         """Data initialisation of the roots (not stated in the paper): k-means (k-means++ seeding, ``iters``
         Lloyd steps) on the untrained encoder's Z^ of the given instances; mu_k = centroid k, p_k = mean
         future curve of cluster k. Without it every instance can start nearest to one random mu and the
-        softmax collapses onto a single prototype."""
+        softmax collapses onto a single prototype. With ``cfg.unit_distance`` the pooling W and the mu are
+        then divided by the median nearest-root distance, so that it is 1 (see :class:`ProtoTSConfig`)."""
         n_roots = len(self.roots)
         if len(y_in) < n_roots:
             raise ValueError(f"init_prototypes needs at least {n_roots} instances, got {len(y_in)}")
@@ -374,7 +375,12 @@ class ProtoTS(nn.Module):
             for k in range(n_roots):
                 if bool((assign == k).any()):
                     centers[k] = z[assign == k].mean(0)
-        assign = torch.cdist(z, centers).argmin(1)
+        dist = torch.cdist(z, centers)
+        assign = dist.argmin(1)
+        if self.cfg.unit_distance:  # Z^ = Z^T W is linear in W: rescaling W and mu scales every distance
+            scale = float(dist.min(1).values.median().clamp_min(1e-6))
+            self.pool.div_(scale)
+            centers = centers / scale
         for k, node in enumerate(self.roots):
             node.mu.copy_(centers[k])
             members = assign == k
