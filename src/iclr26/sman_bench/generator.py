@@ -327,7 +327,7 @@ AD_PHRASINGS = {
     "train": {"ad": "Open ad: {deal} on {lure}", "deals": AD_WORDS, "dismiss": ("Close", "×")},
     "eval": {
         "ad": "Sponsored · {lure} {deal}",
-        "deals": ("Hot offer", "Best price", "Members only", "Last chance", "Bonus points"),
+        "deals": ("Hot bargain", "Super value", "Members only", "Last chance", "Bonus points"),
         "dismiss": ("Skip", "No thanks"),
     },
 }

@@ -59,11 +59,11 @@ VAGUE = {
 VAGUE_PHRASINGS = {
     "train": VAGUE,
     "eval": {
-        "section": "the usual place",
-        "item": "the thing I wanted",
+        "section": "my usual place",
+        "item": "that thing I wanted",
         "query": "my keyword",
-        "option": "the page I need",
-        "detail": "the right entry",
+        "option": "whatever page I need",
+        "detail": "whichever entry fits",
     },
 }
 """Disjoint vague phrasings: ``train`` for the tasks an agent learns from, ``eval`` for the evaluated tasks."""
