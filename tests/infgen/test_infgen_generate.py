@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from iclr26.infgen.generate import Generator, RolloutConfig, log_replay
+from iclr26.infgen.generate import Generator, RolloutConfig, log_replay, top_p_sample
 from iclr26.infgen.metrics import box_corners, boxes_overlap
 from iclr26.infgen.model import InfGenConfig, InfGenModel
 from iclr26.infgen.tokenizer import SOS, MotionTokenizer, SceneTokenizer
@@ -126,3 +126,44 @@ def test_overlap_test_hand_cases():
     assert not boxes_overlap(a, box_corners(4.1, 0.0, 0.0, 4.0, 2.0))
     assert boxes_overlap(a, box_corners(0.0, 1.5, np.pi / 2, 4.0, 2.0))
     assert not boxes_overlap(a, box_corners(2.0, 2.5, np.pi / 4, 2.0, 1.0))
+
+
+def test_overlap_rotated_boxes_whose_bounding_boxes_overlap():
+    """A 1 x 1 box turned 45 deg near the corner (2, 1) of a 4 x 2 box at the origin: its edge facing the corner
+    is the line x + y = cx + cy - 0.7071; the boxes overlap iff that is below 3 (the corner's x + y)."""
+    a = box_corners(0.0, 0.0, 0.0, 4.0, 2.0)
+    far = box_corners(2.6, 1.6, np.pi / 4, 1.0, 1.0)  # 3.493 > 3: apart, although the bounding boxes overlap
+    near = box_corners(2.3, 1.3, np.pi / 4, 1.0, 1.0)  # 2.893 < 3: the corner (2, 1) is inside
+    assert not boxes_overlap(a, far) and boxes_overlap(a, near)
+    out = boxes_overlap(a[None], np.stack([far, near, a]))  # broadcasting: [1] against [3]
+    assert out.shape == (3,) and out.tolist() == [False, True, True]
+    assert boxes_overlap(a, box_corners(4.0, 0.0, 0.0, 4.0, 2.0))  # touching edges count as overlap
+
+
+def test_top_p_keeps_the_token_that_crosses_p():
+    from iclr26.infgen.generate import top_p_keep
+
+    probs = torch.tensor([0.125, 0.5, 0.125, 0.25])
+    kept = {
+        p: torch.nonzero(top_p_keep(probs, p)).flatten().tolist() for p in (1e-9, 0.01, 0.5, 0.51, 0.7, 0.75, 0.9, 1.0)
+    }
+    assert kept[1e-9] == kept[0.01] == [1]  # at least one token (1 - 1e-9 rounds to 1 in float32)
+    assert kept[0.5] == [1]  # 0.5 reaches p exactly: nothing more is needed
+    assert kept[0.51] == [1, 3]  # 0.5 < 0.51: the next token (0.25) crosses p and is kept
+    assert kept[0.7] == [1, 3] and kept[0.75] == [1, 3]
+    assert kept[0.9] == [0, 1, 2, 3] and kept[1.0] == [0, 1, 2, 3]
+    gen = torch.Generator().manual_seed(0)
+    draws = top_p_sample(torch.log(probs).expand(4000, 4), 0.7, 1.0, gen)
+    counts = torch.bincount(draws, minlength=4).tolist()
+    assert counts[0] == counts[2] == 0 and abs(counts[1] / 4000 - 2 / 3) < 0.03  # renormalised over {1, 3}
+
+
+def test_top_p_matches_transformers_warper():
+    transformers = pytest.importorskip("transformers")
+    from iclr26.infgen.generate import top_p_keep
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(64, 50, generator=g) * 3
+    for p in (0.1, 0.5, 0.9, 0.95):
+        warped = transformers.TopPLogitsWarper(top_p=p)(None, logits.clone())
+        assert torch.equal(top_p_keep(torch.softmax(logits, -1), p), warped > float("-inf"))

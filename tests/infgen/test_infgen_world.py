@@ -88,3 +88,29 @@ def test_cut_segments_work_is_linear_in_lane_length(monkeypatch):
         return sum(work)
 
     assert 9.0 < cost(20_000) / cost(2_000) < 11.0
+
+
+def test_nearest_lane_point_hand_cases_and_brute_force():
+    from iclr26.infgen.metrics import nearest_lane_point
+    from iclr26.infgen.world import build_map
+
+    # lane 0 along y = 0 heading east, lane 1 along y = 3 heading west (points every 0.5 m)
+    lanes = [np.array([[0.0, 0.0], [10.0, 0.0]]), np.array([[10.0, 3.0], [0.0, 3.0]])]
+    m = build_map(lanes, [0, 0], [], bound=None, lane_half_width=1.75)
+    q = np.array([[5.0, 2.0], [5.0, 2.0], [5.0, 2.0], [5.0, 2.0]])
+    j, d = nearest_lane_point(m, q)
+    assert np.allclose(d, 1.0) and np.allclose(m.dense_xy[j], [5.0, 3.0])
+    j, d = nearest_lane_point(m, q, np.array([0.0, np.pi, np.pi / 2, 0.3]))
+    assert d[0] == pytest.approx(2.0) and m.dense_lane[j[0]] == 0  # aligned with lane 0 only
+    assert d[1] == pytest.approx(1.0) and m.dense_lane[j[1]] == 1
+    assert d[2] == float("inf")  # perpendicular to both lanes: no aligned point
+    assert d[3] == pytest.approx(2.0) and m.dense_lane[j[3]] == 0
+    # the KD-tree search equals brute force on TinyTown, also far from the aligned lanes (k grows)
+    town_map = TinyTown().map
+    rng = np.random.default_rng(0)
+    xy, psi = rng.uniform(-70, 70, (300, 2)), rng.uniform(-np.pi, np.pi, 300)
+    brute = np.linalg.norm(xy[:, None] - town_map.dense_xy[None], axis=-1)
+    bad = np.abs(((psi[:, None] - town_map.dense_heading[None]) + np.pi) % (2 * np.pi) - np.pi) >= np.pi / 2
+    _, d_free = nearest_lane_point(town_map, xy)
+    _, d_aligned = nearest_lane_point(town_map, xy, psi)
+    assert np.allclose(d_free, brute.min(1)) and np.allclose(d_aligned, np.where(bad, np.inf, brute).min(1))

@@ -46,15 +46,24 @@ from iclr26.infgen.world import Scene, align_to_even_steps, scene_from_rows
 INSERTION_MODES = ("released", "learned", "off")
 
 
+def top_p_keep(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Tokens kept by nucleus filtering, as ``transformers.TopPLogitsWarper`` does: sort ascending, drop the
+    tokens whose cumulative probability is <= 1 - p, always keep the most likely one. So the kept set is the
+    smallest set of most likely tokens whose mass reaches p: the token whose mass crosses p is kept."""
+    if p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)
+    sp, si = probs.sort(-1, descending=False)
+    drop = sp.cumsum(-1) <= 1 - p
+    drop[..., -1] = False  # min_tokens_to_keep = 1
+    return torch.zeros_like(drop).scatter(-1, si, ~drop)
+
+
 def top_p_sample(logits: torch.Tensor, p: float, temperature: float, gen: torch.Generator) -> torch.Tensor:
-    """Nucleus sampling over the last dim (p = 1 is plain softmax sampling)."""
+    """Sample the last dim after temperature and nucleus (top-p, :func:`top_p_keep`) filtering; p = 1 is plain
+    softmax sampling."""
     probs = torch.softmax(logits.detach().float().cpu() / max(temperature, 1e-6), -1)
     if p < 1.0:
-        sp, si = probs.sort(-1, descending=True)
-        keep = sp.cumsum(-1) - sp < p
-        keep[..., 0] = True
-        sp = sp * keep
-        probs = torch.zeros_like(probs).scatter(-1, si, sp)
+        probs = probs * top_p_keep(probs, p)
     probs = probs / probs.sum(-1, keepdim=True)
     return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen).reshape(probs.shape[:-1])
 

@@ -23,16 +23,17 @@ def box_corners(x, y, psi, length, width) -> np.ndarray:
 
 
 def boxes_overlap(ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
-    """Separating-axis test for convex quadrilaterals: ca [..., 4, 2], cb [..., 4, 2] -> bool [...]."""
+    """Whether oriented boxes intersect (shapely polygons; touching counts): ca [..., 4, 2], cb [..., 4, 2]
+    corner arrays (as from :func:`box_corners`), broadcast against each other -> bool [...]."""
+    import shapely
+
     ca, cb = np.broadcast_arrays(np.asarray(ca, float), np.asarray(cb, float))
-    sep = np.zeros(ca.shape[:-2], bool)
-    for poly in (ca, cb):
-        for i in range(2):  # rectangles: two distinct edge normals each
-            e = poly[..., i + 1, :] - poly[..., i, :]
-            n = np.stack([-e[..., 1], e[..., 0]], -1)[..., None, :]
-            pa, pb = (ca * n).sum(-1), (cb * n).sum(-1)
-            sep |= (pa.max(-1) < pb.min(-1)) | (pb.max(-1) < pa.min(-1))
-    return ~sep
+    shape = ca.shape[:-2]
+    if not ca.size:
+        return np.zeros(shape, bool)
+    pa = shapely.polygons(ca.reshape(-1, 4, 2))
+    pb = shapely.polygons(cb.reshape(-1, 4, 2))
+    return np.asarray(shapely.intersects(pa, pb), bool).reshape(shape)
 
 
 def collisions_per_step(states: np.ndarray, valid: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -58,13 +59,29 @@ def collisions_per_step(states: np.ndarray, valid: np.ndarray, size: np.ndarray)
 
 
 def nearest_lane_point(map_: MapData, xy: np.ndarray, psi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the nearest dense lane point (aligned within 90 deg if ``psi`` given) and its distance."""
-    d = np.linalg.norm(xy[:, None, :] - map_.dense_xy[None], axis=-1)
-    if psi is not None:
-        bad = np.abs(wrap_angle(psi[:, None] - map_.dense_heading[None])) >= np.pi / 2
-        d = np.where(bad, np.inf, d)
-    j = d.argmin(1)
-    return j, d[np.arange(len(xy)), j]
+    """Index of the nearest dense lane point (aligned within 90 deg if ``psi`` given) and its distance, from a
+    KD-tree over the lane points (``map_.lane_tree``): the k nearest are searched for an aligned one, k grows
+    until one is found or every point was looked at (then the distance is ``inf`` and the index 0)."""
+    xy = np.asarray(xy, float).reshape(-1, 2)
+    tree, Q = map_.lane_tree, len(map_.dense_xy)
+    if psi is None:
+        d, j = tree.query(xy)
+        return np.asarray(j, int), np.asarray(d, float)
+    psi = np.asarray(psi, float).reshape(-1)
+    j_out, d_out = np.zeros(len(xy), int), np.full(len(xy), np.inf)
+    todo, k = np.arange(len(xy)), min(Q, 16)
+    while todo.size:
+        d, j = tree.query(xy[todo], k=k)
+        d, j = d.reshape(len(todo), k), j.reshape(len(todo), k)
+        ok = np.abs(wrap_angle(psi[todo, None] - map_.dense_heading[j])) < np.pi / 2
+        found = ok.any(1)
+        first = ok.argmax(1)  # the nearest aligned point (query results are sorted by distance)
+        rows = np.flatnonzero(found)
+        j_out[todo[rows]], d_out[todo[rows]] = j[rows, first[rows]], d[rows, first[rows]]
+        if k == Q:
+            break
+        todo, k = todo[~found], min(Q, 4 * k)
+    return j_out, d_out
 
 
 def offroad_per_step(scene: Scene, margin: float = 0.5) -> np.ndarray:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -69,6 +70,13 @@ class MapData:
     @property
     def num_segments(self) -> int:
         return int(self.seg_pose.shape[0])
+
+    @cached_property
+    def lane_tree(self):
+        """A KD-tree (scipy ``cKDTree``) over ``dense_xy``, built on first use (nearest-lane queries)."""
+        from scipy.spatial import cKDTree
+
+        return cKDTree(self.dense_xy)
 
     @property
     def num_lights(self) -> int:
