@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
-from iclr26.core.train import TrainConfig, fit, setup_distributed
+from iclr26.core.train import TrainConfig, fit, rank_device, setup_distributed
 from iclr26.mesh.config import PaperConfig, PaperTrainConfig
 from iclr26.mesh.model import MeshConfig, RecursiveNeoX, lm_loss
 
@@ -226,13 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="runs/mesh_train")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)
-    rank, _ = setup_distributed()
-    device = a.device
-    if device == "cuda":
-        import os
-
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        torch.cuda.set_device(device)
+    # gloo for --device cpu even on a GPU machine (a CPU tensor under NCCL fails); cuda:LOCAL_RANK per rank
+    rank, _ = setup_distributed(a.device)
+    device = rank_device(a.device)
     model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
     check_seq_len(a.seq_len, model.cfg)
     tc = PaperTrainConfig(
