@@ -18,7 +18,6 @@ KNOWN_CYCLES = {
 KNOWN_LONG = {
     "iclr26.infgen.generate.rollout",
     "iclr26.infgen.world.simulate",
-    "iclr26.vtool_r1.experiment._summarise",
 }
 
 

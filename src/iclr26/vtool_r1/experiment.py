@@ -12,7 +12,7 @@ Every setting is one typed tree (:mod:`.config`). Seeds run in parallel worker p
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -136,58 +136,101 @@ def _run_tiny(ctx: RunContext) -> RunOutput:
     return _summarise(ctx, sc, results)
 
 
-def _summarise(ctx: RunContext, sc: RunConfig, results: list[dict]) -> RunOutput:
-    pct = lambda x: 100.0 * x  # noqa: E731
-    arms = {
-        "pure": ("pure", "SFT, pure run (no tools)"),
-        "prompted": ("prompted", "SFT, prompted tool use"),
-        "text_grpo": ("text_grpo", "text-only GRPO"),
-        "vtool": ("vtool", "VTool-R1 (GRPO + tools)"),
-    }
-    per_seed = {a: [pct(r[a]["acc"]) for r in results] for a in arms}
-    stats = {a: mean_std(v) for a, v in per_seed.items()}
-    gap_seed = [pct(_tool_gap(r["vtool"])) for r in results]
-    gap = mean_std(gap_seed)
-    rate = {t: mean_std([pct(r["vtool"][f"tool_rate_{t}"]) for r in results]) for t in QUESTION_TYPES}
-    prompted_rate = {t: mean_std([pct(r["prompted"][f"tool_rate_{t}"]) for r in results]) for t in QUESTION_TYPES}
-    acc_type = {a: {t: mean_std([pct(r[a][f"acc_{t}"]) for r in results]) for t in QUESTION_TYPES} for a in arms}
-    m = {a: stats[a]["mean"] for a in arms}
-    measured = {
+ARMS = {
+    "pure": "SFT, pure run (no tools)",
+    "prompted": "SFT, prompted tool use",
+    "text_grpo": "text-only GRPO",
+    "vtool": "VTool-R1 (GRPO + tools)",
+}
+"""Result key of each evaluated arm -> its label in the tables."""
+
+
+def _pct(x: float) -> float:
+    return 100.0 * x
+
+
+def _fmt(s: dict) -> str:
+    return f"{s['mean']:.1f} ± {s['std']:.1f}"
+
+
+@dataclass(frozen=True)
+class _Stats:
+    """Per-seed numbers of a run aggregated over seeds (percentages)."""
+
+    per_seed: dict
+    """arm -> accuracy per seed."""
+    acc: dict
+    """arm -> mean_std of the accuracy."""
+    gap_seed: list
+    """VTool-R1 tool-rate gap (VAL+CMP - CNT+MAX) per seed."""
+    gap: dict
+    """mean_std of ``gap_seed``."""
+    rate: dict
+    """question type -> mean_std of VTool-R1's tool-call rate."""
+    prompted_rate: dict
+    """question type -> mean_std of the prompted tool-call rate."""
+    acc_type: dict
+    """arm -> question type -> mean_std of the accuracy."""
+
+    @property
+    def mean(self) -> dict:
+        return {a: self.acc[a]["mean"] for a in ARMS}
+
+
+def _aggregate(results: list[dict]) -> _Stats:
+    per_seed = {a: [_pct(r[a]["acc"]) for r in results] for a in ARMS}
+    gap_seed = [_pct(_tool_gap(r["vtool"])) for r in results]
+    return _Stats(
+        per_seed=per_seed,
+        acc={a: mean_std(v) for a, v in per_seed.items()},
+        gap_seed=gap_seed,
+        gap=mean_std(gap_seed),
+        rate={t: mean_std([_pct(r["vtool"][f"tool_rate_{t}"]) for r in results]) for t in QUESTION_TYPES},
+        prompted_rate={t: mean_std([_pct(r["prompted"][f"tool_rate_{t}"]) for r in results]) for t in QUESTION_TYPES},
+        acc_type={a: {t: mean_std([_pct(r[a][f"acc_{t}"]) for r in results]) for t in QUESTION_TYPES} for a in ARMS},
+    )
+
+
+def _measured(st: _Stats) -> dict:
+    """Claim name -> the numbers its check reads."""
+    m, rate = st.mean, st.rate
+    return {
         "C1": {"vtool_acc": m["vtool"], "text_grpo_acc": m["text_grpo"], "diff": m["vtool"] - m["text_grpo"]},
         "C2": {"text_grpo_acc": m["text_grpo"], "pure_acc": m["pure"], "diff": m["text_grpo"] - m["pure"]},
         "C3": {"vtool_acc": m["vtool"], "prompted_acc": m["prompted"], "diff": m["vtool"] - m["prompted"]},
         "C4": {
             "rate_val_cmp": 0.5 * (rate["VAL"]["mean"] + rate["CMP"]["mean"]),
             "rate_cnt_max": 0.5 * (rate["CNT"]["mean"] + rate["MAX"]["mean"]),
-            "gap": gap["mean"],
+            "gap": st.gap["mean"],
         },
     }
-    metrics = {
-        "accuracy_pct": {a: {"per_seed": per_seed[a], **stats[a]} for a in arms},
-        "accuracy_by_type_pct": acc_type,
-        "vtool_tool_rate_pct": rate,
-        "prompted_tool_rate_pct": prompted_rate,
-        "vtool_tool_gap_pct": {"per_seed": gap_seed, **gap},
+
+
+RAW_KEYS = (
+    "seed",
+    "pure",
+    "prompted",
+    "text_grpo",
+    "vtool",
+    "curve_text",
+    "curve_tool",
+    "sft_final_loss",
+    "executor_stats",
+    "wall_s",
+)
+"""Per-seed entries copied unchanged into ``metrics.per_seed_raw``."""
+
+
+def _metrics(sc: RunConfig, results: list[dict], st: _Stats) -> dict:
+    return {
+        "accuracy_pct": {a: {"per_seed": st.per_seed[a], **st.acc[a]} for a in ARMS},
+        "accuracy_by_type_pct": st.acc_type,
+        "vtool_tool_rate_pct": st.rate,
+        "prompted_tool_rate_pct": st.prompted_rate,
+        "vtool_tool_gap_pct": {"per_seed": st.gap_seed, **st.gap},
         "vtool_tool_success": [r["vtool"]["tool_success"] for r in results],
-        "call_arg_acc_pct": {a: mean_std([pct(r[a]["call_arg_acc"]) for r in results]) for a in ("prompted", "vtool")},
-        "per_seed_raw": [
-            {
-                k: r[k]
-                for k in (
-                    "seed",
-                    "pure",
-                    "prompted",
-                    "text_grpo",
-                    "vtool",
-                    "curve_text",
-                    "curve_tool",
-                    "sft_final_loss",
-                    "executor_stats",
-                    "wall_s",
-                )
-            }
-            for r in results
-        ],
+        "call_arg_acc_pct": {a: mean_std([_pct(r[a]["call_arg_acc"]) for r in results]) for a in ("prompted", "vtool")},
+        "per_seed_raw": [{k: r[k] for k in RAW_KEYS} for r in results],
         "config": {
             "sft": asdict(sc.sft),
             "rl": asdict(sc.rl),
@@ -196,11 +239,14 @@ def _summarise(ctx: RunContext, sc: RunConfig, results: list[dict]) -> RunOutput
             "n_test": sc.n_test,
         },
     }
-    # figures
+
+
+def _figures(ctx: RunContext, results: list[dict], st: _Stats) -> None:
+    m = st.mean
     steps = results[0]["curve_tool"]["step"]
     curves = {}
     for name, key in (("VTool-R1", "curve_tool"), ("text-only GRPO", "curve_text")):
-        ys = np.array([[pct(v) for v in r[key]["acc"]] for r in results])
+        ys = np.array([[_pct(v) for v in r[key]["acc"]] for r in results])
         curves[name] = (steps, ys.mean(0), ys.std(0))
     curves["SFT pure run"] = (steps, [m["pure"]] * len(steps))
     curves["SFT prompted tools"] = (steps, [m["prompted"]] * len(steps))
@@ -212,48 +258,58 @@ def _summarise(ctx: RunContext, sc: RunConfig, results: list[dict]) -> RunOutput
         f"curve set, mean ± std over {len(results)} seeds",
     )
     rate_curves = {
-        t: (steps, np.mean([[pct(v) for v in r["curve_tool"][f"tool_rate_{t}"]] for r in results], 0))
+        t: (steps, np.mean([[_pct(v) for v in r["curve_tool"][f"tool_rate_{t}"]] for r in results], 0))
         for t in QUESTION_TYPES
     }
     plot_curves(ctx.figure_path("tool_rate_vs_steps"), rate_curves, "RL step", "tool-call rate % (VTool-R1)")
     plot_bars(
         ctx.figure_path("tool_rate_by_type"),
-        {f"{t} (RL)": rate[t]["mean"] for t in QUESTION_TYPES}
-        | {f"{t} (prompted)": prompted_rate[t]["mean"] for t in QUESTION_TYPES},
+        {f"{t} (RL)": st.rate[t]["mean"] for t in QUESTION_TYPES}
+        | {f"{t} (prompted)": st.prompted_rate[t]["mean"] for t in QUESTION_TYPES},
         "tool-call rate %",
         "tool-call rate per question type",
     )
-    ex_path = ctx.figure_path("example_rollout")
-    _example_figure(ex_path, results[0]["example"])
-    # tables
-    fmt = lambda s: f"{s['mean']:.1f} ± {s['std']:.1f}"  # noqa: E731
+    _example_figure(ctx.figure_path("example_rollout"), results[0]["example"])
+
+
+def _tables(st: _Stats) -> dict:
     rows = [
-        [label, fmt(stats[a]), ", ".join(f"{v:.1f}" for v in per_seed[a])]
-        + [fmt(acc_type[a][t]) for t in QUESTION_TYPES]
-        for a, (_, label) in arms.items()
+        [label, _fmt(st.acc[a]), ", ".join(f"{v:.1f}" for v in st.per_seed[a])]
+        + [_fmt(st.acc_type[a][t]) for t in QUESTION_TYPES]
+        for a, label in ARMS.items()
     ]
-    tables = {
+    return {
         "Accuracy % (greedy, held-out test set)": markdown_table(
             ["arm", "acc mean ± std", "per seed", *QUESTION_TYPES], rows
         ),
         "Tool-call rate % per question type": markdown_table(
             ["model", *QUESTION_TYPES, "gap (VAL+CMP − CNT+MAX)"],
             [
-                ["VTool-R1", *(fmt(rate[t]) for t in QUESTION_TYPES), fmt(gap)],
-                ["SFT prompted", *(fmt(prompted_rate[t]) for t in QUESTION_TYPES), "-"],
+                ["VTool-R1", *(_fmt(st.rate[t]) for t in QUESTION_TYPES), _fmt(st.gap)],
+                ["SFT prompted", *(_fmt(st.prompted_rate[t]) for t in QUESTION_TYPES), "-"],
             ],
         ),
     }
-    notes = [
+
+
+def _notes(sc: RunConfig, results: list[dict], metrics: dict) -> list[str]:
+    arg = metrics["call_arg_acc_pct"]
+    return [
         f"RL budget per arm: {sc.rl.steps} steps x {sc.rl.n_prompts} prompts x G={sc.rl.group_size} "
         f"(version {sc.rl.version}); SFT {sc.sft.pure_steps}+{sc.sft.tool_steps} steps.",
         "Call-argument accuracy (VAL/CMP tool calls naming exactly the question's labels), prompted -> "
-        f"VTool-R1: {metrics['call_arg_acc_pct']['prompted']['mean']:.1f}% -> "
-        f"{metrics['call_arg_acc_pct']['vtool']['mean']:.1f}%.",
+        f"VTool-R1: {arg['prompted']['mean']:.1f}% -> {arg['vtool']['mean']:.1f}%.",
         "Executor calls (fast whitelisted path / sandbox): "
         + "; ".join(f"seed {r['seed']}: {r['executor_stats']}" for r in results),
     ]
-    return RunOutput(metrics=metrics, measured=measured, tables=tables, notes=notes)
+
+
+def _summarise(ctx: RunContext, sc: RunConfig, results: list[dict]) -> RunOutput:
+    """Aggregate the seeds: claims' numbers, metrics, figures, tables and notes."""
+    st = _aggregate(results)
+    metrics = _metrics(sc, results, st)
+    _figures(ctx, results, st)
+    return RunOutput(metrics=metrics, measured=_measured(st), tables=_tables(st), notes=_notes(sc, results, metrics))
 
 
 def run(ctx: RunContext) -> RunOutput:
