@@ -28,6 +28,20 @@ def test_smoke_run_writes_every_claim(tmp_path):
     assert all(0 <= acc[a]["mean"] <= 100 for a in acc)
     for name in ("accuracy_vs_steps", "tool_rate_by_type", "example_rollout"):
         assert (rec.out_dir / f"{name}.png").exists()
+    gate = res["metrics"]["gate"]
+    read = gate["read_tallest_on_I2_pct"]
+    assert len(read["per_seed"]) == 1 and 0 <= read["mean"] <= 100 and gate["min_pct"] == 80.0
+    assert gate["passed"] == (read["mean"] >= 80.0)
+    assert ("Gate PASSED" if gate["passed"] else "Gate FAILED") in (rec.out_dir / "report.md").read_text()
+
+
+def test_gate_is_the_mean_over_seeds_against_the_threshold():
+    from iclr26.vtool_r1.experiment import _gate
+
+    sc = config_for("small")
+    assert _gate(sc, [{"gate_read_I2_max": v} for v in (0.9, 0.7, 0.85)])["passed"]  # mean 81.7
+    assert not _gate(sc, [{"gate_read_I2_max": v} for v in (0.9, 0.7, 0.78)])["passed"]  # mean 79.3
+    assert _gate(sc, [{"gate_read_I2_max": 0.8}])["passed"]
 
 
 @pytest.mark.slow

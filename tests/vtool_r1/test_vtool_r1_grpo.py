@@ -250,3 +250,77 @@ def test_round_two_sees_the_tool_output_pixel_for_pixel(monkeypatch):
     np.testing.assert_array_equal(first, np.stack([s.image for s in samples]))
     np.testing.assert_array_equal(second, expect)
     np.testing.assert_array_equal(ro.img2, expect)
+
+
+# ------------------------------------------------------------------------------ the small design's pieces
+def test_a_patch_is_one_bar_column():
+    from iclr26.vtool_r1.model import TinyVLMConfig
+
+    s = make_chart(np.random.default_rng(3), "VAL")
+    model = TinyToolVLM(TinyVLMConfig(d_model=32, n_layers=1, n_heads=2))
+    p = model.patches(s.image[None])
+    assert p.shape == (1, 8, 48 * 6 * 3)
+    for k in range(8):  # patch k = the 6-px slot k over the full height, as [row][column][rgb]
+        want = torch.tensor(s.image[:, 6 * k : 6 * k + 6].astype(np.float32) / 255.0 - 0.5).flatten()
+        assert torch.allclose(p[0, k], want)
+    lab = s.args[0]
+    k = s.bboxes[lab]["x1"] // 6  # the asked bar's slot is exactly one patch
+    assert s.bboxes[lab]["x2"] == 6 * k + 5
+
+
+def test_sft_second_slot_puts_the_asked_chart_second():
+    from iclr26.vtool_r1.vtool import SFTConfig, sft_batch
+
+    samples = [make_chart(np.random.default_rng(i), "MAX") for i in range(6)]
+    rng = np.random.default_rng(0)
+    b = sft_batch(samples, rng, "pure", SFTConfig(second_slot=1.0), ToolExecutor())
+    assert b.n_images.tolist() == [2] * 6
+    for i, s in enumerate(samples):
+        assert (b.img2[i] == s.image).all() and (b.img1[i] == samples[(i + 1) % 6].image).all()
+        assert b.tail[i, Q_LEN] == ID[s.answer]  # the answer is the second chart's
+    b0 = sft_batch(samples, rng, "pure", SFTConfig(second_slot=0.0), ToolExecutor())
+    assert b0.n_images.tolist() == [1] * 6 and all((b0.img1[i] == s.image).all() for i, s in enumerate(samples))
+
+
+def test_round2_sft_edits_are_random_unless_informative():
+    from PIL import Image
+
+    from iclr26.vtool_r1.model import VOCAB
+    from iclr26.vtool_r1.tools import apply_tool
+    from iclr26.vtool_r1.vtool import SFTConfig, sft_batch
+
+    samples = [make_chart(np.random.default_rng(i), "VAL") for i in range(64)]
+
+    def asked_edit_share(informative):
+        cfg = SFTConfig(round1_share=0.0, pure_mix=0.0, informative_edit=informative)  # round-2 examples only
+        b = sft_batch(samples, np.random.default_rng(1), "tools", cfg, ToolExecutor())
+        same = []
+        for i, s in enumerate(samples):
+            op, labels = VOCAB[int(b.tail[i, Q_LEN + 1])].lower(), [VOCAB[int(t)] for t in b.tail[i, Q_LEN + 3 :]]
+            labels = labels[: labels.index("ENDCALL")]
+            want = apply_tool(Image.fromarray(s.image), labels, s.bboxes, axis="columns", op=op)
+            same.append((np.asarray(want.convert("RGB")) == b.img2[i]).all())
+        return np.mean(same)
+
+    assert asked_edit_share(1.0) == 1.0
+    assert asked_edit_share(0.0) < 0.8  # random labels: mostly not the edit the call asked for
+
+
+def test_read_second_image_shows_the_chart_as_image_2(monkeypatch):
+    samples = [make_chart(np.random.default_rng(i), "MAX") for i in range(5)]
+    seen = {}
+
+    def fake(model, mode_ids, images, prefix, max_new, stop_ids, temperature, generator):
+        seen["images"], seen["mode"] = images, mode_ids
+        # answer from image 2 only: the tallest bar's height read off the pixels (grey bar, 4 px per unit)
+        ans = []
+        for img in images[1]:
+            grey = (img == [110, 110, 110]).all(-1)
+            ans.append(_pad([ID[str(int(grey.sum(0).max() // 4))], ID["EOS"]], ANS_LEN))
+        return torch.tensor(ans)
+
+    monkeypatch.setattr(R, "sample_tail", fake)
+    assert R.read_second_image(TinyToolVLM(TINY), samples) == 1.0
+    assert len(seen["images"]) == 2 and (seen["mode"] == ID["PURE"]).all()
+    for i, s in enumerate(samples):
+        assert (seen["images"][1][i] == s.image).all() and (seen["images"][0][i] == samples[(i + 1) % 5].image).all()

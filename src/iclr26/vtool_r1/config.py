@@ -42,6 +42,8 @@ class RunConfig:
     sft: the SFT initialisation (budget of the small scale).
     rl: GRPO of both RL arms (same budget; text-only GRPO is the same with use_tools=false).
     model: shape of TinyToolVLM.
+    gate_min_pct: the gate in results.json: before RL the SFT model reads the tallest bar of a chart shown as
+        the second image at >= this accuracy (%, mean over seeds).
     workers: seed worker processes (at most one per seed; the numbers do not depend on it).
     threads: torch threads per seed.
     paper: paper scale (local files).
@@ -54,6 +56,7 @@ class RunConfig:
     sft: SFTConfig = SFTConfig(pure_steps=400, tool_steps=800)
     rl: VToolConfig = VToolConfig(n_prompts=16, group_size=8, steps=100)
     model: TinyVLMConfig = TinyVLMConfig()
+    gate_min_pct: float = 80.0
     workers: int = 3
     threads: int = 1
     paper: PaperConfig = PaperConfig()

@@ -26,7 +26,7 @@ from .charts import QUESTION_TYPES, make_dataset
 from .config import RunConfig, config_for
 from .executor import ToolExecutor
 from .model import TinyToolVLM
-from .rollout import evaluate, rollout_tools
+from .rollout import evaluate, read_second_image, rollout_tools
 from .vtool import sft_init, train_grpo
 
 
@@ -42,10 +42,12 @@ def run_seed(seed: int, sc: RunConfig) -> dict:
     train = make_dataset(sc.n_train, seed=10_000 + seed, balanced=False)
     test = make_dataset(sc.n_test, seed=20_000 + seed)
     curve_set = test[: sc.n_curve]
-    executor = ToolExecutor(version=sc.rl.version)
+    executor = ToolExecutor(version=sc.rl.tool_pixels)
     model = TinyToolVLM(sc.model)
     sft_losses = sft_init(model, train, sc.sft, seed, executor)
     out: dict = {"seed": seed, "sft_final_loss": float(np.mean(sft_losses[-20:]))}
+    # the gate: can the warm-started model read the tallest bar of a chart shown as the second image?
+    out["gate_read_I2_max"] = read_second_image(model, [s for s in test if s.qtype == "MAX"])
     out["pure"] = evaluate(model, test, "pure")
     out["prompted"] = evaluate(model, test, "tools", executor, sc.rl.version)
     sft_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -216,13 +218,27 @@ RAW_KEYS = (
     "curve_tool",
     "sft_final_loss",
     "executor_stats",
+    "gate_read_I2_max",
     "wall_s",
 )
 """Per-seed entries copied unchanged into ``metrics.per_seed_raw``."""
 
 
+def _gate(sc: RunConfig, results: list[dict]) -> dict:
+    """Before RL, the SFT model must read the tallest bar of a chart shown as image 2 (where I' sits in round
+    2) at >= ``sc.gate_min_pct`` (mean over seeds); otherwise RL cannot learn to exploit I' at this scale."""
+    per_seed = [_pct(r["gate_read_I2_max"]) for r in results]
+    ms = mean_std(per_seed)
+    return {
+        "read_tallest_on_I2_pct": {"per_seed": per_seed, **ms},
+        "min_pct": sc.gate_min_pct,
+        "passed": bool(ms["mean"] >= sc.gate_min_pct),
+    }
+
+
 def _metrics(sc: RunConfig, results: list[dict], st: _Stats) -> dict:
     return {
+        "gate": _gate(sc, results),
         "accuracy_pct": {a: {"per_seed": st.per_seed[a], **st.acc[a]} for a in ARMS},
         "accuracy_by_type_pct": st.acc_type,
         "vtool_tool_rate_pct": st.rate,
@@ -293,8 +309,14 @@ def _tables(st: _Stats) -> dict:
 
 
 def _notes(sc: RunConfig, results: list[dict], metrics: dict) -> list[str]:
-    arg = metrics["call_arg_acc_pct"]
+    arg, gate = metrics["call_arg_acc_pct"], metrics["gate"]
+    read = gate["read_tallest_on_I2_pct"]
     return [
+        f"Gate {'PASSED' if gate['passed'] else 'FAILED'}: before RL the SFT model reads the tallest bar of a "
+        f"chart shown as image 2 at {read['mean']:.1f}% (per seed "
+        + ", ".join(f"{v:.1f}" for v in read["per_seed"])
+        + f"; needs >= {gate['min_pct']:.0f}%)"
+        + ("." if gate["passed"] else "; the claims are then untestable at this budget (I' cannot be read)."),
         f"RL budget per arm: {sc.rl.steps} steps x {sc.rl.n_prompts} prompts x G={sc.rl.group_size} "
         f"(version {sc.rl.version}); SFT {sc.sft.pure_steps}+{sc.sft.tool_steps} steps.",
         "Call-argument accuracy (VAL/CMP tool calls naming exactly the question's labels), prompted -> "

@@ -1,7 +1,8 @@
 """TinyToolVLM: the tiny tool-using vision-language model of the CPU-scale reproduction.
 
-* Vision: a shared linear patch encoder (12x12 RGB patches of the 48x48 chart = 16 tokens per image)
-  plus a learned patch-position embedding and an image-index embedding (original image 0, edited image 1).
+* Vision: a shared linear patch encoder plus a learned patch-position embedding and an image-index
+  embedding (original image 0, edited image 1). A patch is one bar column: a 6-px wide, full-height strip of
+  the 48x48 chart (one chart slot), so 8 tokens per image.
 * Language: :class:`iclr26.core.transformer.Transformer` (causal, RoPE) fed through ``inputs_embeds``:
   ``[BOS, MODE] [img1] ([img2]) [tail tokens]``.
 * Its token language (:data:`VOCAB`): modes ``PURE`` / ``TOOLS``, question tokens, the eight colour labels,
@@ -68,21 +69,23 @@ class TinyVLMConfig:
     """Shape of TinyToolVLM.
 
     image_size: chart side in pixels.
-    patch: patch side in pixels (48/12 = 4x4 = 16 image tokens).
+    patch: patch width in pixels (6 = one chart slot, i.e. one bar column).
+    patch_h: patch height in pixels (48 = the full chart height: 8 column patches per image).
     d_model: residual width.
     n_layers: transformer blocks.
     n_heads: attention heads.
     """
 
     image_size: int = SIZE
-    patch: int = 12
+    patch: int = 6
+    patch_h: int = SIZE
     d_model: int = 64
     n_layers: int = 3
     n_heads: int = 4
 
     @property
     def n_patches(self) -> int:
-        return (self.image_size // self.patch) ** 2
+        return (self.image_size // self.patch_h) * (self.image_size // self.patch)
 
 
 def question_tokens(qtype: str, args: tuple) -> list[int]:
@@ -151,8 +154,7 @@ class TinyToolVLM(nn.Module):
     def __init__(self, cfg: TinyVLMConfig = TinyVLMConfig()):
         super().__init__()
         self.cfg = cfg
-        p = cfg.patch
-        self.patch_embed = nn.Linear(3 * p * p, cfg.d_model)
+        self.patch_embed = nn.Linear(3 * cfg.patch * cfg.patch_h, cfg.d_model)
         self.patch_pos = nn.Parameter(torch.randn(cfg.n_patches, cfg.d_model) * 0.02)
         self.image_index = nn.Embedding(2, cfg.d_model)
         self.patch_norm = nn.LayerNorm(cfg.d_model)  # image tokens at unit scale, like the text tokens below
@@ -173,13 +175,13 @@ class TinyToolVLM(nn.Module):
         nn.init.normal_(self.lm.tok_emb.weight, 0.0, 1.0)
 
     def patches(self, images: Tensor | np.ndarray) -> Tensor:
-        """uint8 ``[B, H, W, 3]`` -> flattened, normalised patches ``[B, P, 3 p^2]``."""
+        """uint8 ``[B, H, W, 3]`` -> flattened, normalised patches ``[B, P, 3 patch_h patch]`` (row-major)."""
         x = torch.as_tensor(np.asarray(images) if not isinstance(images, Tensor) else images)
         x = x.to(self.patch_pos.device, torch.float32) / 255.0 - 0.5
         B, H, W, C = x.shape
-        p = self.cfg.patch
-        x = x.view(B, H // p, p, W // p, p, C).permute(0, 1, 3, 2, 4, 5)
-        return x.reshape(B, (H // p) * (W // p), p * p * C)
+        pw, ph = self.cfg.patch, self.cfg.patch_h
+        x = x.view(B, H // ph, ph, W // pw, pw, C).permute(0, 1, 3, 2, 4, 5)
+        return x.reshape(B, (H // ph) * (W // pw), ph * pw * C)
 
     def forward(self, mode_ids: Tensor, images: list, tail: Tensor) -> Tensor:
         """Logits ``[B, T, V]`` at the ``T`` tail positions. ``mode_ids`` [B] (PURE / TOOLS id), ``images`` a

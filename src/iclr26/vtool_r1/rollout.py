@@ -38,7 +38,7 @@ from .model import ANS_LEN, ID, Q_LEN, R1_LEN, TinyToolVLM, answer_text, detoken
 from .parser import parse_action
 from .reward import exact_match_reward, extract_final_answer
 
-__all__ = ["Rollout", "evaluate", "rollout_pure", "rollout_tools", "sequence_logprobs"]
+__all__ = ["Rollout", "evaluate", "read_second_image", "rollout_pure", "rollout_tools", "sequence_logprobs"]
 
 TAIL_LEN = Q_LEN + R1_LEN + 1 + ANS_LEN
 
@@ -239,6 +239,24 @@ def rollout_tools(
     return Rollout(
         mode, n_images, img1, img2, tail, mask, rewards, group, [s.qtype for s in samples], called, tool_ok, texts
     )
+
+
+@torch.no_grad()
+def read_second_image(model: TinyToolVLM, samples: list[ChartSample], batch_size: int = 256) -> float:
+    """Greedy PURE-mode accuracy with each chart as image 2 after another chart of ``samples`` as image 1
+    (``samples[i + 1]``): can the model read a chart placed where I' sits in round 2?"""
+    was = model.training
+    model.eval()
+    n, hits = len(samples), []
+    for b in range(0, n, batch_size):
+        chunk = samples[b : b + batch_size]
+        other = np.stack([samples[(b + i + 1) % n].image for i in range(len(chunk))])
+        q = torch.tensor([question_tokens(s.qtype, s.args) for s in chunk])
+        mode = torch.full((len(chunk),), ID["PURE"])
+        ans = sample_tail(model, mode, [other, np.stack([s.image for s in chunk])], q, ANS_LEN, (ID["EOS"],), 0.0, None)
+        hits += [_answer_reward(answer_text(ans[i]), s.answer, "v2") for i, s in enumerate(chunk)]
+    model.train(was)
+    return float(np.mean(hits)) if hits else float("nan")
 
 
 @torch.no_grad()

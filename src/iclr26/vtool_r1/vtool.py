@@ -48,6 +48,7 @@ class VToolConfig:
     """GRPO settings of VTool-R1 (defaults: v2 semantics with the v1/EasyR1 loss hyper-parameters).
 
     version: masking / failure / tool semantics: v2 (training-v2 recipe, default) or v1 (the paper's code).
+    tools_version: pixels of the tools (v1 inset 2 / v2 pads, see the tools module); "" = the same as version.
     n_prompts: prompts per RL step (full tiny setting: 32).
     group_size (G): rollouts per prompt (v2: 8; v1: 5).
     steps: RL steps.
@@ -68,6 +69,7 @@ class VToolConfig:
     """
 
     version: Literal["v1", "v2"] = "v2"
+    tools_version: Literal["", "v1", "v2"] = ""
     n_prompts: int = 32
     group_size: int = 8
     steps: int = 250
@@ -89,12 +91,19 @@ class VToolConfig:
     def __post_init__(self) -> None:
         if self.version not in ("v1", "v2"):
             raise ValueError(f"version must be 'v1' or 'v2', got {self.version!r}")
+        if self.tools_version not in ("", "v1", "v2"):
+            raise ValueError(f"tools_version must be '', 'v1' or 'v2', got {self.tools_version!r}")
         if self.n_prompts < 1 or self.group_size < 2 or self.steps < 0 or self.minibatches < 1:
             raise ValueError("need n_prompts >= 1, group_size >= 2, steps >= 0, minibatches >= 1")
         if (self.n_prompts * self.group_size) % self.minibatches:
             raise ValueError("n_prompts * group_size must be divisible by minibatches")
         if self.lr <= 0 or self.kl_coef < 0 or self.temperature <= 0 or self.round2_temperature <= 0:
             raise ValueError("lr and temperatures must be > 0, kl_coef >= 0")
+
+    @property
+    def tool_pixels(self) -> str:
+        """The official version whose tool pixels the run uses."""
+        return self.tools_version or self.version
 
 
 PRESETS = {
@@ -151,9 +160,12 @@ class SFTConfig:
     pure_mix: fraction of PURE examples mixed into (b) batches (keeps the pure run from drifting).
     call_dims: dimensions of the imitated calls: COL (columns, as the ReFocus chart examples); COL,ROW adds rows.
     informative_edit: P(the round-2 example's second image is the edit its noisy call asked for); 0 = always random.
+    second_slot: P(a PURE example shows a random other chart as image 1 and the asked chart as image 2), so
+        that reading a chart also works on the second image slot, where I' sits in round 2.
 
     Vertical bar charts are focused by columns (x values); the rows tools keep the first bar as a header. With
-    ``informative_edit=0`` (always a random edit) the SFT model never learns to use I'.
+    ``informative_edit=0`` (always a random edit, the default) SFT teaches the round-2 format but not when I'
+    helps: prompted tool use stays weak and RL has to learn to exploit I'.
     """
 
     pure_steps: int = 2000
@@ -166,7 +178,8 @@ class SFTConfig:
     round1_share: float = 0.6
     pure_mix: float = 0.1
     call_dims: tuple[Literal["COL", "ROW"], ...] = ("COL",)
-    informative_edit: float = 0.5
+    informative_edit: float = 0.0
+    second_slot: float = 0.5
 
 
 def _pick_labels(s: ChartSample, rng: np.random.Generator, noise: float) -> list[str]:
@@ -200,6 +213,8 @@ def sft_batch(
         else:
             kind = "round2"
         if kind == "pure":
+            if rng.random() < cfg.second_slot:  # the asked chart as image 2, after a distractor chart
+                img1[i], img2[i], n_images[i] = samples[(i + 1) % B].image, s.image, 2
             y = _answer_ids(s)
             tail[i, Q_LEN : Q_LEN + len(y)] = torch.tensor(y)
             mask[i, Q_LEN - 1 : Q_LEN - 1 + len(y)] = 1
@@ -321,7 +336,7 @@ def train_grpo(
     progress: Callable | None = None,
 ) -> dict:
     """GRPO from the current policy (the frozen copy at entry is π_ref). Returns history lists."""
-    executor = executor or ToolExecutor(version=cfg.version)
+    executor = executor or ToolExecutor(version=cfg.tool_pixels)
     ref = copy.deepcopy(policy).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
