@@ -28,7 +28,7 @@ def test_scales_differ_only_in_sizes():
     assert smoke.daedal == dataclasses.replace(small.daedal, max_length=32)
     assert smoke.paper == small.paper == config_for("paper").paper
     assert (smoke.model.d_model, smoke.model.steps, smoke.n_eval, smoke.lengths) == (32, 80, 8, (8, 16))
-    assert small.lengths == (8, 24, 48, 80, 136) and small.daedal.max_length == small.model.train_max_canvas
+    assert small.lengths == (8, 24, 48, 80, 128) and small.daedal.max_length == small.model.train_max_canvas
     # TinyMDMConfig's defaults are the model small trains
     assert small.model == TinyMDMConfig() and small.hidden_length_task in small.model.tasks
     # the paper's thresholds at every scale; lengths scaled down below paper scale

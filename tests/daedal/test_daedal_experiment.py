@@ -30,8 +30,10 @@ def test_smoke_run(tmp_path):
     assert "benchmark" in res["metrics"] and res["metrics"]["per_seed"]["0"]["spearman_stage1_pooled"] <= 1.0
     c = {cl["name"]: cl["measured"] for cl in res["claims"]}
     # C1-C4 read the stated-length tasks only, C5 the hidden-length one
-    assert set(c["C1"]) == {"rep2", "rep3", "rep4"} and set(c["C3"]) == {"rep3", "rep4"}
-    assert set(c["C4"]["per_task"]) == {"rep2", "rep3", "rep4"} and c["C5"]["task"] == "chain"
+    assert set(c["C1"]) == {"rep4", "rep6", "rep8"} and set(c["C3"]) == {"rep6", "rep8"}
+    assert set(c["C4"]["per_task"]) == {"rep4", "rep6", "rep8"} and c["C5"]["task"] == "chain"
+    gate = res["metrics"]["competence_gate"]
+    assert set(gate["best_fixed_acc"]) == {"rep4", "rep6", "rep8", "chain"} and gate["threshold"] == 50.0
 
 
 def test_paper_scale_needs_local_paths(tmp_path):

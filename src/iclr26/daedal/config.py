@@ -89,13 +89,13 @@ class RunConfig:
 
     model: TinyMDMConfig = TinyMDMConfig()
     daedal: DaedalConfig = DaedalConfig(
-        initial_length=8, max_length=136, block_length=8, expansion_factor=4, eos_window=8, eos_anchor=4
+        initial_length=8, max_length=128, block_length=8, expansion_factor=4, eos_window=8, eos_anchor=4
     )
     hidden_length_task: str = "chain"
     n_eval: int = 48
     # a roughly geometric grid (the paper doubles L from 64 to 2048) from L_init up to L_max, the
     # longest training canvas
-    lengths: tuple[int, ...] = (8, 24, 48, 80, 136)
+    lengths: tuple[int, ...] = (8, 24, 48, 80, 128)
     stage2_inits: tuple[int, ...] = (8, 32)
     eval_seed: int = 12345
     threads: int = 1

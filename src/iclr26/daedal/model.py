@@ -54,10 +54,10 @@ class TinyMDMConfig:
     n_layers: int = 2
     n_heads: int = 4
     d_ff: int = 256
-    max_len: int = 160
-    train_max_canvas: int = 136
-    tasks: tuple[str, ...] = ("rep2", "rep3", "rep4", "chain")
-    steps: int = 1500
+    max_len: int = 152
+    train_max_canvas: int = 128
+    tasks: tuple[str, ...] = ("rep4", "rep6", "rep8", "chain")
+    steps: int = 1000
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 50

@@ -23,6 +23,15 @@ model did NOT learn within the CPU budget: 0% exact match after 800 steps, see t
   (c_i the carry out), then ``;`` and the n + 1 digits of the sum (17-52 tokens).
 * ``dup``: n ∈ [6, 20] digits read right to left, each written twice, then ``;`` (13-41 tokens).
 
+Tasks of the reproduction since the second design (answers long against the EOS window W_eos = 8):
+
+* ``rep4`` / ``rep6`` / ``rep8`` (short / medium / long): n ∈ [8, 15] digits; ``d_n`` written
+  4n / 6n / 8n times, then ``;`` (33-61 / 49-91 / 65-121 tokens). The prompt states the length.
+* ``chain`` (hidden length): prompt ``s δ e`` (hexadecimal symbols 0-F, δ odd); the answer walks
+  s, s + δ, s + 2δ, ... (mod 16) until it writes e, each state as ``a a |``, then ``;`` (5-16 states:
+  16-49 tokens). Each next state is one addition; the number of states, ((e - s) δ^-1 mod 16) + 1,
+  is a modular division of the prompt's symbols.
+
 Accuracy reads the canvas up to its first EOS and compares the final answer (the part before ``;``,
 or after it for cumsum and add); a canvas without ``;`` is wrong.
 """
@@ -41,7 +50,7 @@ PLUS, EQ, COMMA, SEMI, BAR = 10, 11, 12, 13, 14
 TAGS = {"rev": 15, "cumsum": 16, "add": 17, "dup": 18, "rep": 19, "alt": 20, "pairs": 21}
 BOS, SEP, EOS, MASK = 22, 23, 24, 25
 HEX_LETTERS = (26, 27, 28, 29, 30, 31)  # the hexadecimal symbols A-F (0-9 are the digits)
-TAGS.update({"rep2": 32, "rep3": 33, "rep4": 34, "chain": 35})
+TAGS.update({"rep4": 32, "rep6": 33, "rep8": 34, "chain": 35})
 VOCAB_SIZE = 36
 PROMPT_WIDTH = 24
 TOKEN_NAMES = {
@@ -58,9 +67,10 @@ TOKEN_NAMES = {
     MASK: "<mask>",
     **{v: "ABCDEF"[k] for k, v in enumerate(HEX_LETTERS)},
 }
-TASKS = ("rev", "cumsum", "add", "dup", "rep", "alt", "pairs", "rep2", "rep3", "rep4", "chain")
-# n (number of prompt digits) of the rep-K tasks: answer length 2Kn + 1
-REP_K_DIGITS = {"rep2": (8, 18), "rep3": (8, 18), "rep4": (8, 16)}
+TASKS = ("rev", "cumsum", "add", "dup", "rep", "alt", "pairs", "rep4", "rep6", "rep8", "chain")
+# the long-answer tasks: the last prompt digit written c * n times (c = 4, 6, 8), n in REP_DIGITS
+REP_MULT = {"rep4": 4, "rep6": 6, "rep8": 8}
+REP_DIGITS = (8, 15)
 CHAIN_HOPS = (5, 16)  # hops of the chain task: answer length 3h + 1
 
 
@@ -134,12 +144,10 @@ def make_problem(task: str, rng: np.random.Generator) -> Problem:
         d = [int(v) for v in rng.integers(0, 10, n)]
         ans = tuple(t for _ in range(n) for t in (d[-2], d[-1], BAR))
         return Problem(task, (BOS, TAGS[task], *d, SEP), (*ans, SEMI), ans)
-    if task in REP_K_DIGITS:
-        k = int(task[-1])
-        lo, hi = REP_K_DIGITS[task]
-        n = int(rng.integers(lo, hi + 1))
+    if task in REP_MULT:
+        n = int(rng.integers(REP_DIGITS[0], REP_DIGITS[1] + 1))
         d = [int(v) for v in rng.integers(0, 10, n)]
-        ans = tuple(d[-k:]) * (2 * n)
+        ans = (d[-1],) * (REP_MULT[task] * n)
         return Problem(task, (BOS, TAGS[task], *d, SEP), (*ans, SEMI), ans)
     if task == "chain":
         s, step = int(rng.integers(0, 16)), 2 * int(rng.integers(0, 8)) + 1
@@ -177,7 +185,7 @@ def extract_answer(task: str, canvas: Sequence[int] | Tensor) -> tuple[int, ...]
     if SEMI not in toks:
         return None
     k = toks.index(SEMI)
-    before = ("rev", "dup", "rep", "alt", "pairs", "rep2", "rep3", "rep4", "chain")
+    before = ("rev", "dup", "rep", "alt", "pairs", "rep4", "rep6", "rep8", "chain")
     return tuple(toks[:k]) if task in before else tuple(toks[k + 1 :])
 
 
