@@ -163,3 +163,53 @@ def test_every_setting_is_documented_once():
     smoke, small = config_for("smoke"), config_for("small")
     assert (smoke.rl.steps, smoke.sft.pure_steps, smoke.n_train) == (3, 60, 400)
     assert (small.rl.steps, small.rl.n_prompts, small.sft.tool_steps, small.n_test) == (100, 16, 800, 600)
+
+
+def test_batched_rollout_equals_one_by_one_and_runs_the_paper_eval(tmp_path, monkeypatch):
+    import iclr26.vtool_r1.hf_policy as H
+
+    s = _rows(tmp_path)
+    rows = load_refocus(tmp_path / "d.jsonl") * 3
+    rows[1] = dict(rows[1], question="Is it there?")  # a direct answer
+    rows[2] = dict(rows[2], question="Break it")  # a failed tool step
+
+    def policy(messages):
+        q = next(c["text"] for c in messages[0]["content"] if c["type"] == "text")
+        if len(messages) == 1 and "Is it there" in q:
+            return f"ACTION 0: No action needed. FINAL ANSWER: {s.answer}. TERMINATE"
+        if len(messages) == 1 and "Break it" in q:
+            return "```python\nimg = focus_on_columns_with_mask(image_1, [\n```"
+        if len(messages) == 1:
+            call = f"img = focus_on_columns_with_mask(image_1, ['{s.args[0]}'], columns_bbox)"
+            return f"```python\n{call}\ndisplay(img)\n```"
+        return f"FINAL ANSWER: {s.answer}. TERMINATE"
+
+    calls = []
+
+    def batch(chats):
+        calls.append(len(chats))
+        return [policy(c) for c in chats]
+
+    for version in ("v1", "v2"):
+        env = VToolEnv(version=version)
+        one = [two_round_rollout(policy, r, env) for r in rows]
+        assert H.two_round_rollout_batch(batch, rows, env) == one
+    assert calls == [3, 1, 3, 2]  # v1: no round 2 after the failed call; v2: round 2 for both calls
+
+    class Stub:
+        def __init__(self, *a, **k):
+            pass
+
+        def batch(self, chats):
+            return batch(chats)
+
+    monkeypatch.setattr(H, "HFPolicy", Stub)
+    (tmp_path / "m").mkdir()
+    rec = run_experiment(
+        EXPERIMENT,
+        "paper",
+        out_root=tmp_path,
+        show_progress=False,
+        options={"paper.model_path": str(tmp_path / "m"), "paper.data_path": str(tmp_path / "d.jsonl")},
+    )
+    assert rec.results["metrics"]["n"] == 1 and rec.results["metrics"]["accuracy_pct"]["tool_use"]["mean"] == 100.0

@@ -22,6 +22,7 @@ class PaperConfig:
     limit: first N rows of the data file.
     judge_api_base: OpenAI-compatible endpoint of the LLM judge (empty: the ReFocus heuristic).
     max_new_tokens: generation limit per round.
+    batch_size: rows generated together (one batched generate call per round).
     """
 
     model_path: str = ""
@@ -29,6 +30,7 @@ class PaperConfig:
     limit: int = 200
     judge_api_base: str = ""
     max_new_tokens: int = 1024
+    batch_size: int = 8
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from .parser import parse_action
 from .prompt import round1_messages, round2_messages
 from .reward import JudgeClient, extract_final_answer, heuristic_reward
 
-__all__ = ["HFPolicy", "VToolEnv", "load_refocus", "run_paper_scale", "two_round_rollout"]
+__all__ = ["HFPolicy", "VToolEnv", "load_refocus", "run_paper_scale", "two_round_rollout", "two_round_rollout_batch"]
 
 
 def _scaled_bboxes(meta: Mapping, key: str, w: int, h: int) -> dict:
@@ -166,6 +166,35 @@ def two_round_rollout(generate: Callable[[list[dict]], str], row: Mapping, env: 
     return {"y1": y1, "y2": y2, "kind": kind, "tool_ok": ok, "reward": env.reward(row["question"], y, row["answer"])}
 
 
+def two_round_rollout_batch(
+    generate_batch: Callable[[list[list[dict]]], list[str]], rows: list[Mapping], env: VToolEnv
+) -> list[dict]:
+    """:func:`two_round_rollout` for many rows with one batched generation per round."""
+    y1s = generate_batch([round1_messages(r["image"], r["question"], r["metadata"]) for r in rows])
+    steps = [env.execute(y1, r["image"], r["metadata"]) for y1, r in zip(y1s, rows, strict=True)]
+    oks = [bool(res is not None and res.ok) for _, res in steps]
+    second = [i for i, (kind, _) in enumerate(steps) if kind != "notool" and (env.version == "v2" or oks[i])]
+    chats = []
+    for i in second:
+        r, res = rows[i], steps[i][1]
+        edited = Image.fromarray(res.image) if oks[i] else None
+        chats.append(round2_messages(r["image"], edited, r["question"], r["metadata"], y1s[i], oks[i], env.version))
+    y2s = dict(zip(second, generate_batch(chats) if chats else [], strict=True))
+    out = []
+    for i, r in enumerate(rows):
+        y = y2s.get(i, y1s[i])
+        out.append(
+            {
+                "y1": y1s[i],
+                "y2": y2s.get(i),
+                "kind": steps[i][0],
+                "tool_ok": oks[i],
+                "reward": env.reward(r["question"], y, r["answer"]),
+            }
+        )
+    return out
+
+
 class HFPolicy:
     """A local Hugging Face image-text-to-text model (e.g. Qwen2.5-VL-7B-Instruct) as ``generate(messages)``."""
 
@@ -202,6 +231,13 @@ class HFPolicy:
             out = self.model.generate(**inputs, **kw)
         return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)[0]
 
+    def batch(self, chats: list[list[dict]]) -> list[str]:
+        """Generate for many chats at once (left padding; see :func:`.hf_train.generate_batch`)."""
+        from .hf_train import VLChatEncoder, generate_batch
+
+        enc = VLChatEncoder.from_processor(self.processor)
+        return generate_batch(self.model, enc, chats, self.max_new_tokens, self.temperature, self.device)
+
 
 def run_paper_scale(ctx):
     """Evaluate a local checkpoint on local ReFocus data: pure run and tool-use accuracy, tool-call rate."""
@@ -219,12 +255,13 @@ def run_paper_scale(ctx):
         raise ExperimentError(f"vtool_r1 paper scale: {e}") from e
     env = VToolEnv(version=version, judge=judge)
     pure, tool, called = [], [], []
-    for row in ctx.progress(rows, desc="eval"):
-        y = policy(round1_messages(row["image"], row["question"], row["metadata"], tools=False))
-        pure.append(env.reward(row["question"], y, row["answer"]))
-        r = two_round_rollout(policy, row, env)
-        tool.append(r["reward"])
-        called.append(float(r["kind"] != "notool"))
+    chunks = [rows[b : b + pc.batch_size] for b in range(0, len(rows), pc.batch_size)]
+    for chunk in ctx.progress(chunks, desc="eval"):
+        ys = policy.batch([round1_messages(r["image"], r["question"], r["metadata"], tools=False) for r in chunk])
+        pure += [env.reward(r["question"], y, r["answer"]) for r, y in zip(chunk, ys, strict=True)]
+        for r in two_round_rollout_batch(policy.batch, chunk, env):
+            tool.append(r["reward"])
+            called.append(float(r["kind"] != "notool"))
     acc = {
         "pure_run": mean_std([100 * x for x in pure]),
         "tool_use": mean_std([100 * x for x in tool]),
