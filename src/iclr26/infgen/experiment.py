@@ -23,7 +23,7 @@ import torch
 from iclr26.core.experiment import Claim, Experiment, RunContext, RunOutput
 from iclr26.core.parallel import torch_threads
 from iclr26.infgen.config import RunConfig, check_config, config_for
-from iclr26.infgen.evaluate import METHODS, measure, summarise
+from iclr26.infgen.evaluate import METHODS, measure, summarise, tokenized_accels
 from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats
 from iclr26.infgen.model import InfGenModel
@@ -64,10 +64,11 @@ CLAIMS = (
     Claim(
         "C2",
         "Wasserstein-1 distances of speed, acceleration and headway to ground truth over 60-120 s are "
-        "lower with insertion than without.",
+        "lower with insertion than without (acceleration against the tokenized ground truth).",
         "realistic long rollouts (qualitative)",
         "w1_X_insertion < w1_X_no_insertion for X in speed, accel, headway (seed means; an empty scene has "
-        "no distribution and counts as W1 = inf)",
+        "no distribution and counts as W1 = inf; accel is compared with the ground-truth run replayed through "
+        "the motion tokenizer, the floor of any tokenized model; W1 to the raw log is reported as accel_raw)",
         _c2,
     ),
     Claim(
@@ -140,6 +141,7 @@ def run_seed(ctx: RunContext, cfg: RunConfig, seed: int) -> tuple[dict, dict, Sc
     gen = Generator(model, tok)
     gt = world.simulate(d.long_seconds, seed=10_000 * seed + 5_000)
     gt_stats = scene_stats(gt, 0, gt.T)
+    gt_stats["accel_tokenized"] = tokenized_accels(gt, tok.motion)
     H, t_from, n_learned = cfg.eval.horizon, cfg.eval.eval_from, cfg.eval.n_learned
     seeds = _seed_windows(gt, cfg.eval.n_scenes)
     rollouts = {m: [] for m in METHODS}

@@ -15,19 +15,20 @@ import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from iclr26.infgen.config import RunConfig, check_config
-from iclr26.infgen.evaluate import measure, summarise
+from iclr26.infgen.evaluate import measure, summarise, tokenized_accels
 from iclr26.infgen.generate import Generator, log_replay
 from iclr26.infgen.metrics import scene_stats
 from iclr26.infgen.model import InfGenModel
 from iclr26.infgen.scenarionet import LazyScenes, scenario_files, scenario_to_scene
-from iclr26.infgen.tokenizer import SceneTokenizer, TokenSeq
+from iclr26.infgen.tokenizer import MotionTokenizer, SceneTokenizer, TokenSeq
 from iclr26.infgen.training import train_infgen
 from iclr26.infgen.world import Scene
 
 
-def _pooled_gt_stats(scenes: list[Scene]) -> dict:
+def _pooled_gt_stats(scenes: list[Scene], motion: MotionTokenizer) -> dict:
     stats = [scene_stats(s, 0, s.T) for s in scenes]
     out = {k: np.concatenate([st[k] for st in stats]) for k in ("speed", "accel", "headway")}
+    out["accel_tokenized"] = np.concatenate([tokenized_accels(s, motion) for s in scenes])
     out["count"] = float(np.mean([st["count"] for st in stats]))
     for k in ("collisions", "offroad", "agent_steps"):
         out[k] = int(sum(st[k] for st in stats))
@@ -114,7 +115,9 @@ def run_paper(ctx: RunContext) -> RunOutput:
             rollouts["no_insertion"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="off"), rng=r))
             rollouts["learned_eos"].append(gen.rollout(s, horizon, replace(cfg.rollout, insertion="learned"), rng=r))
             rollouts["log_replay"].append(log_replay(s, horizon))
-        out, cur = measure(rollouts, _pooled_gt_stats([held[i] for i in range(len(held))]), cfg.eval.eval_from, horizon)
+        out, cur = measure(
+            rollouts, _pooled_gt_stats([held[i] for i in range(len(held))], cfg.motion), cfg.eval.eval_from, horizon
+        )
         out.update(
             {
                 "losses": res.losses,
