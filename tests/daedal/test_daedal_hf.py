@@ -402,3 +402,48 @@ def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path):
         s = json.loads((tmp_path / "out" / method / "summary.json").read_text())
         lines = (tmp_path / "out" / method / "samples.jsonl").read_text().splitlines()
         assert s["n"] == 5 and [json.loads(ln)["index"] for ln in lines] == [0, 1, 2, 3, 4]
+
+
+def test_eval_passes_the_official_batching_flags_to_both_decoders(tmp_path, monkeypatch):
+    import iclr26.daedal.eval as ev
+    from iclr26.daedal.config import PaperConfig
+
+    model, tok = tiny_bert(tmp_path)
+    monkeypatch.setattr(ev, "load_masked_diffusion_lm", lambda *a, **k: (model, tok))
+    seen = {}
+
+    def spy(name, fn):
+        def wrapped(*args, **kwargs):
+            seen[name] = (args, kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(ev, "llada_fixed_generate", spy("fixed", ev.llada_fixed_generate))
+    monkeypatch.setattr(ev, "daedal_generate", spy("daedal", ev.daedal_generate))
+    official = DaedalConfig(
+        initial_length=4,
+        max_length=8,
+        block_length=4,
+        expansion_factor=4,
+        eos_window=4,
+        attend_prompt_padding=True,
+        cfg_mask_prompt_padding=True,
+    )
+    cfg = PaperConfig(
+        model_path="m",
+        data_path=str(FIXTURES / "math500_tiny.jsonl"),
+        task="math500",
+        fixed_length=4,
+        daedal=official,
+        mask_id=tok.mask_token_id,
+        eos_id=tok.sep_token_id,
+        batch_size=2,
+        device="cpu",
+        dtype="float32",
+        self_check=False,
+    )
+    ev.evaluate(cfg, tmp_path / "o")
+    assert seen["daedal"][0][-1] == official
+    kw = seen["fixed"][1]
+    assert kw["attend_prompt_padding"] and kw["cfg_mask_prompt_padding"]

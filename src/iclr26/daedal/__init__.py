@@ -17,10 +17,11 @@ Implemented:
   (:mod:`iclr26.daedal.experiment`);
 * the paper-scale path: :class:`HFMaskedDiffusionAdapter` (LLaDA-8B-Instruct through
   ``trust_remote_code`` from a local path, or any ``*ForMaskedLM``) and
-  ``python -m iclr26.daedal.eval`` on a local GSM8K-format JSONL, sharded under torchrun.
+  ``python -m iclr26.daedal.eval`` on a local GSM8K or MATH500 JSONL (official prompts, answers
+  checked with math-verify), sharded under torchrun.
 
-Not implemented: the lm-evaluation-harness tasks MATH500, MBPP and HumanEval (code execution),
-and KV caching (neither the paper nor the code uses one).
+Not implemented: MBPP and HumanEval (code execution), and KV caching (neither the paper nor the
+code uses one).
 """
 
 from .generate import (
