@@ -281,6 +281,30 @@ def test_corpus_action_string_parser_linear_cases_still_parse():
             parse_action_string(s)
 
 
+def test_corpus_parser_tries_a_greedy_regex_only_after_its_closing_suffix(monkeypatch):
+    """The guard that keeps ``input(`` + ``, '`` x n linear: no backtracking regex runs on a string without the
+    closing suffix its pattern needs (a structural check; the timing is covered by the fuzz deadline)."""
+    from iclr26.sman_bench import corpus as C
+
+    calls = []
+
+    class Spy:
+        def __init__(self, rx):
+            self.rx = rx
+
+        def match(self, text):
+            calls.append(self.rx.pattern[:8])
+            return self.rx.match(text)
+
+    monkeypatch.setattr(C, "_INPUT", Spy(C._INPUT))
+    monkeypatch.setattr(C, "_CLICK", Spy(C._CLICK))
+    for s in ("input(" + ", '" * 50, "click(" + ", [1,1][1,1" * 50 + "]"):
+        with pytest.raises(ValueError):
+            C.parse_action_string(s)
+    assert calls == []
+    assert C.parse_action_string("input(F, 'x')")["kind"] == "input" and calls  # the spy sees real matches
+
+
 # ------------------------------------------------------------------------------------- the agent
 def test_llm_agent_act_never_raises_on_endpoint_failures():
     class H(BaseHTTPRequestHandler):
