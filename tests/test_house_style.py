@@ -15,10 +15,7 @@ KNOWN_CYCLES = {
 }
 # known debts, each to be split into named steps by its paper's next pass (the two report builders are
 # long because of one-cell-per-line table literals, not logic)
-KNOWN_LONG = {
-    "iclr26.infgen.generate.rollout",
-    "iclr26.infgen.world.simulate",
-}
+KNOWN_LONG: set[str] = set()  # none left
 
 
 def _modules():

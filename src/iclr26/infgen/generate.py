@@ -25,7 +25,7 @@ older keys, dropping them changes no output (tested: incremental = teacher-force
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from iclr26.infgen.tokenizer import (
     select_map_segment,
     state_from_relative,
 )
-from iclr26.infgen.world import Scene, align_to_even_steps, scene_from_rows
+from iclr26.infgen.world import MapData, Scene, align_to_even_steps, scene_from_rows
 
 INSERTION_MODES = ("released", "learned", "off")
 
@@ -77,6 +77,38 @@ class _Agent:
     size: np.ndarray  # l, w, h
     action: int  # input action of its next MO token
     first: int
+
+
+@dataclass
+class _Rollout:
+    """The state of one rollout: the seed log and its motion tokens, the map context, the KV cache and token
+    builder, the random streams, the agents with their slots, and the log being written."""
+
+    seed: Scene
+    actions: np.ndarray
+    recon: np.ndarray
+    first: np.ndarray
+    map: MapData
+    mc: MapContext
+    cache: KVCache
+    builder: TokenBuilder
+    rng: np.random.Generator
+    gen: torch.Generator
+    W: int
+    slot_free_at: np.ndarray
+    next_uid: int
+    tl_cur: np.ndarray
+    col: dict[int, int]
+    agents: dict[int, _Agent] = field(default_factory=dict)
+    log_rows: list = field(default_factory=list)
+    tl_log: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def free_slot(self, t: int) -> int | None:
+        """A random agent-id slot that no agent holds and that no agent left within the context window."""
+        used = {a.slot for a in self.agents.values()}
+        cands = [s for s in range(len(self.slot_free_at)) if s not in used and self.slot_free_at[s] <= t - self.W]
+        return int(self.rng.choice(cands)) if cands else None
 
 
 @dataclass(frozen=True)
@@ -139,114 +171,132 @@ class Generator:
         force_all: bool = False,
     ) -> Scene:
         """Generate ``horizon`` steps. The first ``cfg.force_steps`` steps (all of them if ``force_all``) are
-        state-forced from ``seed``; returns the whole generated log as a :class:`Scene`."""
+        state-forced from ``seed``; returns the whole generated log as a :class:`Scene`.
+
+        Per step: lights (:meth:`_light_step`), at even steps the <AS> block (:meth:`_as_block`), the log row,
+        then motion tokens (:meth:`_motion_step`) and the transition with eviction (:meth:`_transition`).
+        """
         if cfg.insertion == "released" and density_target is None and not force_all:
             raise ValueError("insertion='released' needs density_target (the caller-given agent count)")
         if force_all and horizon > seed.T:
             raise ValueError(f"force_all needs horizon <= seed length ({horizon} > {seed.T})")
-        rng = rng or np.random.default_rng(0)
+        run = self._start(seed, rng or np.random.default_rng(0))
+        for t in range(horizon):
+            forced = force_all or t < cfg.force_steps
+            run.cache.prune(t - run.W + 1)
+            tl_next = self._light_step(run, t, forced)
+            if t % self.tok.as_every == 0 and self.tok.with_as:
+                self._as_block(run, t, forced, cfg, density_target)
+            order = sorted(run.agents.values(), key=lambda a: (a.first, a.uid))
+            run.log_rows.append({a.uid: a.state.copy() for a in order})
+            run.tl_log.append(run.tl_cur.copy())
+            for a in order:
+                run.meta.setdefault(a.uid, (a.size.copy(), a.atype))
+            if t + 1 >= horizon:
+                break
+            forced_next = force_all or (t + 1) < cfg.force_steps
+            acts = self._motion_step(run, t, order, cfg) if order else None
+            self._transition(run, t, order, acts, forced_next, cfg)
+            run.tl_cur = run.seed.tl[t + 1].copy() if forced_next and t + 1 < run.seed.T else tl_next
+        return scene_from_rows(run.log_rows, run.tl_log, run.meta, run.map, run.seed.dt)
+
+    def _start(self, seed: Scene, rng: np.random.Generator) -> _Rollout:
+        """Encode the map, tokenize the seed log (closed-loop motion labels) and set up the rollout state."""
         gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
         self.model.eval()
         seed = align_to_even_steps(seed)
         actions, recon = self.tok.motion.tokenize(seed)
-        first = np.where(seed.valid.any(0), seed.valid.argmax(0), seed.T)
-        map_ = seed.map
-        mc = self.model.encode_map(collate_maps([map_], device=self.device))
-        cache = KVCache()
-        builder = TokenBuilder(map_, self.tok.motion, self.tok.buckets)
+        mc = self.model.encode_map(collate_maps([seed.map], device=self.device))
         self._seq = 0
-        W = self.model.cfg.window
-        n_slots = self.model.cfg.n_slots
-        slot_free_at = np.full(n_slots, -(10**9))
-        agents: dict[int, _Agent] = {}
-        next_uid = int(seed.uid.max()) + 1 if seed.A else 0
-        log_rows, tl_log, meta = [], [], {}
-        tl_cur = seed.tl[0].copy()
-        col = {int(u): j for j, u in enumerate(seed.uid)}
+        return _Rollout(
+            seed=seed,
+            actions=actions,
+            recon=recon,
+            first=np.where(seed.valid.any(0), seed.valid.argmax(0), seed.T),
+            map=seed.map,
+            mc=mc,
+            cache=KVCache(),
+            builder=TokenBuilder(seed.map, self.tok.motion, self.tok.buckets),
+            rng=rng,
+            gen=gen,
+            W=self.model.cfg.window,
+            slot_free_at=np.full(self.model.cfg.n_slots, -(10**9)),
+            next_uid=int(seed.uid.max()) + 1 if seed.A else 0,
+            tl_cur=seed.tl[0].copy(),
+            col={int(u): j for j, u in enumerate(seed.uid)},
+        )
 
-        def free_slot(t):
-            used = {a.slot for a in agents.values()}
-            cands = [s for s in range(n_slots) if s not in used and slot_free_at[s] <= t - W]
-            return int(rng.choice(cands)) if cands else None
+    def _light_step(self, run: _Rollout, t: int, forced: bool) -> np.ndarray:
+        """Feed the <TL> tokens of step t (forced from the log, or the states sampled at t-1); returns the
+        sampled states for t+1."""
+        if forced and t < run.seed.T:
+            run.tl_cur = run.seed.tl[t].copy()
+        rows = []
+        for k in range(len(run.tl_cur)):
+            run.builder.rows = []
+            rows.append(run.builder.tl(t, k, run.tl_cur[k]))
+        h = self._feed(rows, run.mc, run.cache, run.builder)
+        return top_p_sample(self.model.tl_head(h), 1.0, 1.0, run.gen).numpy()
 
-        for t in range(horizon):
-            forced = force_all or t < cfg.force_steps
-            cache.prune(t - W + 1)
-            # ---- 1. traffic lights ----
-            if forced and t < seed.T:
-                tl_cur = seed.tl[t].copy()
-            rows = []
-            for k in range(len(tl_cur)):
-                builder.rows = []
-                rows.append(builder.tl(t, k, tl_cur[k]))
-            h = self._feed(rows, mc, cache, builder)
-            tl_next = top_p_sample(self.model.tl_head(h), 1.0, 1.0, gen).numpy()
-            # ---- 2. agent-state block ----
-            if t % self.tok.as_every == 0 and self.tok.with_as:
-                if forced:  # agents that appear in the log now are re-seeded from ground truth
-                    for a in np.flatnonzero(seed.valid[t] & (first == t)):
-                        u = int(seed.uid[a])
-                        s = free_slot(t)
-                        if s is None:
-                            continue
-                        agents[u] = _Agent(
-                            u, s, int(seed.types[a]), recon[t, a].copy(), seed.size[a].copy(), self.tok.motion.start, t
-                        )
-                order = sorted(agents.values(), key=lambda a: (a.first == t, a.first, a.uid))
-                rows = [builder.sos(t)]
-                if order:
-                    xy = np.stack([a.state[:2] for a in order])
-                    psi = np.array([a.state[2] for a in order])
-                    seg = select_map_segment(map_, xy, psi)
-                    rsv = relative_state(
-                        map_, seg, np.stack([a.state for a in order]), np.stack([a.size for a in order])
-                    )
-                    for j, a in enumerate(order):
-                        rows += [
-                            builder.soa(t, a.uid, a.slot),
-                            builder.type_(t, a.uid, a.slot, a.atype),
-                            builder.ms(t, a.uid, a.slot, a.atype, seg[j]),
-                            builder.rs(t, a.uid, a.slot, a.atype, rsv[j], a.state),
-                        ]
-                self._feed(rows, mc, cache, builder)
-                if not forced:
-                    next_uid = self._insert(
-                        t, agents, mc, cache, builder, cfg, density_target, gen, free_slot, next_uid
-                    )
-                else:
-                    s = free_slot(t)
-                    self._feed([builder.soa(t, END_UID_BASE + t, 0 if s is None else s)], mc, cache, builder)
-                self._feed([builder.eos(t)], mc, cache, builder)
-            # ---- 3. motion ----
-            order = sorted(agents.values(), key=lambda a: (a.first, a.uid))
-            log_rows.append({a.uid: a.state.copy() for a in order})
-            tl_log.append(tl_cur.copy())
-            for a in order:
-                meta.setdefault(a.uid, (a.size.copy(), a.atype))
-            if t + 1 >= horizon:
-                break
-            forced_next = force_all or (t + 1) < cfg.force_steps
-            if order:
-                rows = [builder.mo(t, a.uid, a.slot, a.atype, a.action, a.state, a.size) for a in order]
-                h = self._feed(rows, mc, cache, builder)
-                logits = self.model.mo_head(h)
-                acts = top_p_sample(logits, cfg.top_p, cfg.temperature, gen).numpy()
-            # ---- 4. transition + eviction ----
-            for i, a in enumerate(order):
-                if forced_next:
-                    j = col.get(a.uid)
-                    if j is None or t + 1 >= seed.T or not seed.valid[t + 1, j]:
-                        self._remove(agents, a, slot_free_at, t)
-                        continue
-                    act = int(actions[t + 1, j])
-                else:
-                    act = int(acts[i])
-                a.state = self.tok.motion.step(a.state, act)
-                a.action = act
-                if not forced_next and self._evict(a, map_, cfg):
-                    self._remove(agents, a, slot_free_at, t)
-            tl_cur = seed.tl[t + 1].copy() if forced_next and t + 1 < seed.T else tl_next
-        return scene_from_rows(log_rows, tl_log, meta, map_, seed.dt)
+    def _as_block(self, run: _Rollout, t: int, forced: bool, cfg: RolloutConfig, density_target) -> None:
+        """The <AS> block of an even step: agents appearing in the log now (forced steps) are seeded from the
+        reconstruction; every existing agent is state-forced; then insertion (or, forced, the end slot); eos."""
+        b = run.builder
+        if forced:  # agents that appear in the log now are re-seeded from ground truth
+            seed = run.seed
+            for a in np.flatnonzero(seed.valid[t] & (run.first == t)):
+                u = int(seed.uid[a])
+                s = run.free_slot(t)
+                if s is None:
+                    continue
+                atype, state, size = int(seed.types[a]), run.recon[t, a].copy(), seed.size[a].copy()
+                run.agents[u] = _Agent(u, s, atype, state, size, self.tok.motion.start, t)
+        order = sorted(run.agents.values(), key=lambda a: (a.first == t, a.first, a.uid))
+        rows = [b.sos(t)]
+        if order:
+            xy = np.stack([a.state[:2] for a in order])
+            psi = np.array([a.state[2] for a in order])
+            seg = select_map_segment(run.map, xy, psi)
+            rsv = relative_state(run.map, seg, np.stack([a.state for a in order]), np.stack([a.size for a in order]))
+            for j, a in enumerate(order):
+                rows += [
+                    b.soa(t, a.uid, a.slot),
+                    b.type_(t, a.uid, a.slot, a.atype),
+                    b.ms(t, a.uid, a.slot, a.atype, seg[j]),
+                    b.rs(t, a.uid, a.slot, a.atype, rsv[j], a.state),
+                ]
+        self._feed(rows, run.mc, run.cache, b)
+        if not forced:
+            run.next_uid = self._insert(
+                t, run.agents, run.mc, run.cache, b, cfg, density_target, run.gen, run.free_slot, run.next_uid
+            )
+        else:
+            s = run.free_slot(t)
+            self._feed([b.soa(t, END_UID_BASE + t, 0 if s is None else s)], run.mc, run.cache, b)
+        self._feed([b.eos(t)], run.mc, run.cache, b)
+
+    def _motion_step(self, run: _Rollout, t: int, order: list[_Agent], cfg: RolloutConfig) -> np.ndarray:
+        """Feed the <MO> tokens of step t and sample every agent's next action (top-p, temperature)."""
+        rows = [run.builder.mo(t, a.uid, a.slot, a.atype, a.action, a.state, a.size) for a in order]
+        h = self._feed(rows, run.mc, run.cache, run.builder)
+        return top_p_sample(self.model.mo_head(h), cfg.top_p, cfg.temperature, run.gen).numpy()
+
+    def _transition(self, run: _Rollout, t: int, order, acts, forced_next: bool, cfg: RolloutConfig) -> None:
+        """Move every agent to t+1: by the log's action while forced (an agent absent from the log at t+1
+        leaves), else by the sampled one; then evict agents off the map."""
+        for i, a in enumerate(order):
+            if forced_next:
+                j = run.col.get(a.uid)
+                if j is None or t + 1 >= run.seed.T or not run.seed.valid[t + 1, j]:
+                    self._remove(run.agents, a, run.slot_free_at, t)
+                    continue
+                act = int(run.actions[t + 1, j])
+            else:
+                act = int(acts[i])
+            a.state = self.tok.motion.step(a.state, act)
+            a.action = act
+            if not forced_next and self._evict(a, run.map, cfg):
+                self._remove(run.agents, a, run.slot_free_at, t)
 
     @staticmethod
     def _remove(agents, a, slot_free_at, t):

@@ -347,91 +347,115 @@ class TinyTown:
 
     # -- simulation -----------------------------------------------------------------------------
     def simulate(self, duration: float, seed: int, warmup: float = 60.0) -> Scene:
-        """Run for ``warmup + duration`` seconds; return the 2 Hz log of the last ``duration`` seconds."""
+        """Run for ``warmup + duration`` seconds; return the 2 Hz log of the last ``duration`` seconds.
+
+        Per 10 Hz step: queue the arrivals due, spawn where an entry is clear (:meth:`_spawn`), move every
+        vehicle by IDM and drop those that left the map (:meth:`_advance`), and every ``log_dt`` after the
+        warm-up log the lights and the vehicles' poses (:meth:`_log_row`).
+        """
         cfg = self.cfg
         rng = np.random.default_rng(seed)
         offset = rng.uniform(0, cfg.cycle)
         total = warmup + duration
         n_sim = int(round(total / cfg.sim_dt))
         every = int(round(cfg.log_dt / cfg.sim_dt))
-        # Poisson arrivals per entry
-        arrivals = []
-        for a in range(4):
-            t = rng.exponential(1 / cfg.lambda_entry)
-            while t < total:
-                arrivals.append((t, a))
-                t += rng.exponential(1 / cfg.lambda_entry)
-        arrivals.sort()
+        arrivals = self._arrivals(rng, total)
         pending: list[list] = [[] for _ in range(4)]
         ai = 0
         veh: list[dict] = []
-        next_uid = 0
         records: dict[int, dict] = {}
         log_tl, log_rows = [], []
         self.entry_times: list[float] = []
+        self._next_uid = 0
         for k in range(n_sim):
             time = k * cfg.sim_dt
             while ai < len(arrivals) and arrivals[ai][0] <= time:
                 pending[arrivals[ai][1]].append(arrivals[ai][0])
                 ai += 1
             lights = self.light_states(time, offset)
-            # spawn
             for a in range(4):
-                if not pending[a]:
-                    continue
-                on_lane = [v for v in veh if v["route"][0] == a and v["s"] < self.routes[v["route"]]["stop_s"]]
-                last = min(on_lane, key=lambda v: v["s"]) if on_lane else None
-                is_cyc = rng.random() < cfg.p_cyclist
-                length = 1.8 if is_cyc else rng.uniform(4.0, 5.0)
-                if last is not None and last["s"] - last["length"] / 2 - length / 2 < 8.0:
-                    continue
-                pending[a].pop(0)
-                m = int(rng.choice(3, p=cfg.route_probs))
-                v0 = rng.uniform(4.0, 6.0) if is_cyc else rng.uniform(10.0, 13.5)
-                speed = v0 if last is None else min(v0, last["v"] + 0.5 * (last["s"] - 8.0) / 5.0)
-                veh.append(
-                    dict(
-                        uid=next_uid,
-                        route=(a, m),
-                        s=length / 2,
-                        v=max(0.0, speed),
-                        v0=v0,
-                        length=length,
-                        width=0.7 if is_cyc else rng.uniform(1.8, 2.0),
-                        height=1.7 if is_cyc else 1.5,
-                        type=CYCLIST if is_cyc else VEHICLE,
-                        lat=(rng.uniform(0, cfg.lateral_amp), rng.uniform(0, 2 * math.pi)),
-                    )
-                )
-                if time >= warmup:
-                    self.entry_times.append(time)
-                next_uid += 1
-            # IDM
-            for v in veh:
-                v["lane_pos"] = self._lane_pos(self.routes[v["route"]], v["s"])
-            acc = [self._idm(v, veh, lights) for v in veh]
-            for v, a in zip(veh, acc, strict=True):
-                nv = max(0.0, v["v"] + a * cfg.sim_dt)
-                v["s"] += (v["v"] + nv) / 2 * cfg.sim_dt
-                v["v"] = nv
-            veh = [v for v in veh if v["s"] < self.routes[v["route"]]["length"] - v["length"] / 2]
+                if pending[a]:
+                    self._spawn(a, pending[a], veh, rng, time, warmup)
+            veh = self._advance(veh, lights)
             if time >= warmup - 1e-9 and k % every == 0:
                 log_tl.append(lights.copy())
-                row = {}
-                for v in veh:
-                    r = self.routes[v["route"]]
-                    px, py = np.interp(v["s"], r["s"], r["xy"][:, 0]), np.interp(v["s"], r["s"], r["xy"][:, 1])
-                    h = float(np.interp(v["s"], r["s"], r["heading_unwrapped"]))
-                    amp, ph = v["lat"]
-                    k = 2 * math.pi / cfg.lateral_wavelength
-                    e, de = amp * math.sin(k * v["s"] + ph), amp * k * math.cos(k * v["s"] + ph)
-                    x, y = np.array([px, py]) + e * np.array([-math.sin(h), math.cos(h)])
-                    h = float(wrap_angle(h + math.atan(de)))
-                    row[v["uid"]] = (x, y, h, v["v"])
-                    records.setdefault(v["uid"], dict(size=(v["length"], v["width"], v["height"]), type=v["type"]))
-                log_rows.append(row)
+                log_rows.append(self._log_row(veh, records))
         meta = {u: (r["size"], r["type"]) for u, r in records.items()}
         return scene_from_rows(log_rows, log_tl, meta, self.map, cfg.log_dt)
+
+    def _arrivals(self, rng: np.random.Generator, total: float) -> list[tuple[float, int]]:
+        """Poisson arrival times per entry lane over ``total`` seconds, as sorted (time, entry) pairs."""
+        arrivals = []
+        for a in range(4):
+            t = rng.exponential(1 / self.cfg.lambda_entry)
+            while t < total:
+                arrivals.append((t, a))
+                t += rng.exponential(1 / self.cfg.lambda_entry)
+        arrivals.sort()
+        return arrivals
+
+    def _spawn(self, a: int, pending: list, veh: list[dict], rng: np.random.Generator, time: float, warmup: float):
+        """The first waiting arrival at entry ``a`` enters if the last vehicle on the entry lane is far enough
+        (its type and length are drawn either way); it gets a route, a desired speed, size and lateral offset.
+        Entries after the warm-up are recorded in ``entry_times``."""
+        cfg = self.cfg
+        on_lane = [v for v in veh if v["route"][0] == a and v["s"] < self.routes[v["route"]]["stop_s"]]
+        last = min(on_lane, key=lambda v: v["s"]) if on_lane else None
+        is_cyc = rng.random() < cfg.p_cyclist
+        length = 1.8 if is_cyc else rng.uniform(4.0, 5.0)
+        if last is not None and last["s"] - last["length"] / 2 - length / 2 < 8.0:
+            return
+        pending.pop(0)
+        m = int(rng.choice(3, p=cfg.route_probs))
+        v0 = rng.uniform(4.0, 6.0) if is_cyc else rng.uniform(10.0, 13.5)
+        speed = v0 if last is None else min(v0, last["v"] + 0.5 * (last["s"] - 8.0) / 5.0)
+        veh.append(
+            dict(
+                uid=self._next_uid,
+                route=(a, m),
+                s=length / 2,
+                v=max(0.0, speed),
+                v0=v0,
+                length=length,
+                width=0.7 if is_cyc else rng.uniform(1.8, 2.0),
+                height=1.7 if is_cyc else 1.5,
+                type=CYCLIST if is_cyc else VEHICLE,
+                lat=(rng.uniform(0, cfg.lateral_amp), rng.uniform(0, 2 * math.pi)),
+            )
+        )
+        if time >= warmup:
+            self.entry_times.append(time)
+        self._next_uid += 1
+
+    def _advance(self, veh: list[dict], lights: np.ndarray) -> list[dict]:
+        """One simulation step: IDM accelerations for all (from the same state), integrate speed (>= 0) and
+        arc length, and keep the vehicles that have not reached the end of their route."""
+        dt = self.cfg.sim_dt
+        for v in veh:
+            v["lane_pos"] = self._lane_pos(self.routes[v["route"]], v["s"])
+        acc = [self._idm(v, veh, lights) for v in veh]
+        for v, a in zip(veh, acc, strict=True):
+            nv = max(0.0, v["v"] + a * dt)
+            v["s"] += (v["v"] + nv) / 2 * dt
+            v["v"] = nv
+        return [v for v in veh if v["s"] < self.routes[v["route"]]["length"] - v["length"] / 2]
+
+    def _log_row(self, veh: list[dict], records: dict[int, dict]) -> dict:
+        """``{uid: (x, y, heading, speed)}`` of every vehicle: the route centreline at its arc length plus the
+        smooth lateral offset, the heading turned by the offset's slope; records each vehicle's size and type."""
+        row = {}
+        for v in veh:
+            r = self.routes[v["route"]]
+            px, py = np.interp(v["s"], r["s"], r["xy"][:, 0]), np.interp(v["s"], r["s"], r["xy"][:, 1])
+            h = float(np.interp(v["s"], r["s"], r["heading_unwrapped"]))
+            amp, ph = v["lat"]
+            k = 2 * math.pi / self.cfg.lateral_wavelength
+            e, de = amp * math.sin(k * v["s"] + ph), amp * k * math.cos(k * v["s"] + ph)
+            x, y = np.array([px, py]) + e * np.array([-math.sin(h), math.cos(h)])
+            h = float(wrap_angle(h + math.atan(de)))
+            row[v["uid"]] = (x, y, h, v["v"])
+            records.setdefault(v["uid"], dict(size=(v["length"], v["width"], v["height"]), type=v["type"]))
+        return row
 
     def _idm(self, me: dict, veh: list[dict], lights: np.ndarray) -> float:
         cfg = self.cfg
