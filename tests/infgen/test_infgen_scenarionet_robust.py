@@ -186,6 +186,7 @@ def _write(folder, scenarios):
 def test_lazy_scenes_read_on_demand_and_skip_bad_scenarios(tmp_path):
     scenarios = [real_format_scenario(i) for i in range(5)]
     scenarios[2]["tracks"]["7"]["state"]["valid"][:] = False  # a never-valid ego
+    scenarios[0]["tracks"]["99"] = dict(scenarios[0]["tracks"]["3"], type="TRAFFIC_CONE")  # a dropped track
     _write(tmp_path, scenarios)
     files = scenario_files(tmp_path, trust_pickles=True)
 
@@ -197,12 +198,14 @@ def test_lazy_scenes_read_on_demand_and_skip_bad_scenarios(tmp_path):
     s0 = lazy[0]
     assert lazy.reads == 1 and lazy[0] is s0 and lazy.reads == 1  # cached
     s2 = lazy[2]  # the bad one is skipped, counted, and the next usable scene is served
-    assert lazy.skipped == Counter({"scenario: SDC never valid": 1}) and "sd_real_2.pkl" in next(iter(lazy.bad))
+    assert lazy.skipped == Counter({"scenario: SDC never valid": 1, "track: type TRAFFIC_CONE": 1})
+    assert "sd_real_2.pkl" in next(iter(lazy.bad))
     assert np.array_equal(s2.states, lazy[3].states)
     for i in (4, 1, 0):
         lazy[i]
     assert lazy.reads == 6  # 0, 2 (bad), 3, 4, 1, and 0 again (evicted from a cache of 2)
-    assert lazy.skipped == Counter({"scenario: SDC never valid": 1})  # a re-read scene is not recounted
+    # a re-read scene's dropped tracks are not counted again
+    assert lazy.skipped == Counter({"scenario: SDC never valid": 1, "track: type TRAFFIC_CONE": 1})
 
 
 def test_training_reads_only_the_scenes_its_batches_draw(tmp_path):
