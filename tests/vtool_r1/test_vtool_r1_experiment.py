@@ -213,3 +213,25 @@ def test_batched_rollout_equals_one_by_one_and_runs_the_paper_eval(tmp_path, mon
         options={"paper.model_path": str(tmp_path / "m"), "paper.data_path": str(tmp_path / "d.jsonl")},
     )
     assert rec.results["metrics"]["n"] == 1 and rec.results["metrics"]["accuracy_pct"]["tool_use"]["mean"] == 100.0
+
+
+def test_parquet_rows_in_the_released_format(tmp_path):
+    """Rows as the released ReFocus chart parquet holds them: ``images`` = [{"bytes", "path"}], a JSON
+    ``metadata`` string with ``x_values_bbox``; read through pyarrow like the jsonl rows."""
+    import io
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    s = _rows(tmp_path)
+    buf = io.BytesIO()
+    Image.fromarray(s.image).save(buf, format="PNG")
+    row = {
+        "images": [{"bytes": buf.getvalue(), "path": None}],
+        "prompt": s.question,
+        "answer": s.answer,
+        "metadata": json.dumps({"type": "v_bar", "x_values_bbox": s.bboxes}),
+    }
+    pq.write_table(pa.Table.from_pylist([row, row]), tmp_path / "d.parquet")
+    got, want = load_refocus(tmp_path / "d.parquet", limit=1), load_refocus(tmp_path / "d.jsonl")
+    assert len(got) == 1 and got[0]["question"] == s.question and got[0]["answer"] == s.answer
+    assert got[0]["metadata"] == want[0]["metadata"] and (np.asarray(got[0]["image"]) == s.image).all()

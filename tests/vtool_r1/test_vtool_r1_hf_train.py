@@ -162,3 +162,29 @@ def test_generate_batch_matches_one_at_a_time(tiny):
     batch = generate_batch(model, enc, [msgs, msgs_d], max_new_tokens=4)
     single = [generate_batch(model, enc, [m], max_new_tokens=4)[0] for m in (msgs, msgs_d)]
     assert len(batch) == 2 and batch == single
+
+
+def test_lora_policy_trains_only_the_adapters(tiny):
+    import copy
+
+    peft = pytest.importorskip("peft")
+    model, enc, tok = tiny
+    base = copy.deepcopy(model)
+    policy = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    (msgs, _), _ = _short()
+    samples = [encode_sample(enc, msgs, "FINAL ANSWER: 3."), encode_sample(enc, msgs, "FINAL ANSWER: 9.")]
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
+    hf_grpo_step(
+        policy,
+        base,
+        opt,
+        samples,
+        torch.tensor([1.0, 0.0]),
+        torch.zeros(2, dtype=torch.long),
+        VToolConfig(minibatches=1),
+        tok.pad_token_id,
+        1,
+    )
+    changed = {n for n, p in policy.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)

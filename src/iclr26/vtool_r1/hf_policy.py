@@ -3,7 +3,7 @@ parser / tool executor / reward as the tiny reproduction, ReFocus chart data fro
 
 * :func:`load_refocus` reads rows with ``question`` / ``prompt``, ``answer``, ``metadata`` (JSON with
   ``type`` and bboxes; table bboxes normalised are scaled by the image size) and an image (``image`` /
-  ``images`` bytes or ``figure_path``). Parquet needs ``pyarrow`` (not a dependency: a clear error says so).
+  ``images`` bytes or ``figure_path``). Parquet is read with ``pyarrow`` (a clear error if it is missing).
 * :class:`VToolEnv` is framework-agnostic: ``execute(y', image, metadata)``, ``round2_messages``,
   ``reward(y, gt)``.
 * :class:`HFPolicy` wraps ``transformers``' image-text-to-text model + processor (loaded with
