@@ -50,3 +50,59 @@ def test_torchrun_two_gloo_processes_train(tmp_path):
     assert r0["losses"][0] == pytest.approx((one["half0"] + one["half1"]) / 2, rel=1e-5)
     assert r0["losses"] == r1["losses"]
     assert r0["checksum"] == pytest.approx(r1["checksum"], rel=0, abs=1e-9)  # DDP kept the ranks in step
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_torchrun_paper_scale_two_gloo_processes(tmp_path):
+    """The paper-scale entry point (``python -m iclr26.infgen.paper``) under torchrun on a tiny ScenarioNet
+    dataset: both ranks train (DDP), rank 0 writes the run folder."""
+    from test_infgen_scenarionet import fake_scenario, write_dataset
+
+    data = tmp_path / "db"
+    data.mkdir()
+    write_dataset(data, [fake_scenario(i) for i in range(6)], sub="part0")
+    sets = {
+        "paper.data_dir": str(data),
+        "paper.trust_pickles": "true",
+        "model.d_model": "64",
+        "train.steps": "2",
+        "train.warmup_steps": "1",
+        "batch": "1",
+        "paper.n_eval": "1",
+        "eval.horizon": "6",
+        "eval.eval_from": "2",
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    errors = []
+    for _ in range(3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={port}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "-m",
+            "iclr26.infgen.paper",
+            "--out",
+            str(tmp_path / "runs"),
+            *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")],
+        ]
+        proc = subprocess.run(cmd, env=env, timeout=400, capture_output=True, text=True)
+        if proc.returncode == 0:
+            break
+        errors.append(proc.stderr[-3000:])
+    else:
+        raise AssertionError("torchrun failed 3 times:\n" + "\n----\n".join(errors))
+    (res_file,) = (tmp_path / "runs").rglob("results.json")
+    res = json.loads(res_file.read_text())
+    assert {c["name"] for c in res["claims"]} == {"C1", "C2", "C3"}
+    seed0 = res["metrics"]["per_seed"]["0"]
+    assert len(seed0["losses"]) == 2 and all(math.isfinite(v) for v in seed0["losses"])
+    assert seed0["skipped"] == {"track: type TRAFFIC_CONE": 6}  # the cone of each scenario, counted once
+    assert (res_file.parent / "ckpt_seed0" / "checkpoint.pt").exists()

@@ -1,7 +1,8 @@
 """Paper scale: ScenarioNet scenarios from a local folder, the official model sizes, DDP training via
-``core.train.fit`` (``torchrun --nproc_per_node=8 -m iclr26.cli run infgen --scale paper --set
-paper.data_dir=... --set paper.trust_pickles=true``), then the same 120-second rollout measurements as the
-small scale on held-out scenarios. Every setting is a field of :class:`iclr26.infgen.config.RunConfig`.
+``core.train.fit`` (``torchrun --nproc_per_node=8 -m iclr26.infgen.paper --set paper.data_dir=... --set
+paper.trust_pickles=true --set device=cuda``; rank 0 writes the run folder), then the same 120-second rollout
+measurements as the small scale on held-out scenarios. Every setting is a field of
+:class:`iclr26.infgen.config.RunConfig`. Each rank puts the model on its own device (``cuda:LOCAL_RANK``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.experiment import ExperimentError, RunContext, RunOutput, distributed_main
+from iclr26.core.train import rank_device, setup_distributed
 from iclr26.infgen.config import RunConfig, check_config
 from iclr26.infgen.evaluate import measure, summarise, tokenized_accels
 from iclr26.infgen.generate import Generator, log_replay
@@ -82,11 +84,13 @@ def run_paper(ctx: RunContext) -> RunOutput:
     except ValueError as exc:
         raise ExperimentError(f"infgen paper scale: {exc}") from exc
     per_seed, curves, frame = {}, {}, None
+    setup_distributed(ctx.device)  # under torchrun: binds this rank's GPU before any tensor is placed
+    device = rank_device(ctx.device)
     for seed in ctx.seeds:
         tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
         torch.manual_seed(seed)
         model = InfGenModel(cfg.model)
-        model.to(ctx.device)
+        model.to(device)
         seqs = LazyTokens(train, tok, seed)
         res = train_infgen(
             model,
@@ -95,9 +99,9 @@ def run_paper(ctx: RunContext) -> RunOutput:
             cfg.batch,
             seed,
             ckpt_dir=ctx.out_dir / f"ckpt_seed{seed}",
-            device=ctx.device,
+            device=device,
         )
-        gen = Generator(model, tok, ctx.device)
+        gen = Generator(model, tok, device)
         rng = np.random.default_rng(seed)
         rollouts = {"insertion": [], "no_insertion": [], "log_replay": [], "learned_eos": []}
         for i in range(len(held)):
@@ -132,3 +136,7 @@ def run_paper(ctx: RunContext) -> RunOutput:
             curves.setdefault(k, []).append(v)
         frame = frame or rollouts["insertion"][0]
     return summarise(ctx, per_seed, curves, frame)
+
+
+if __name__ == "__main__":
+    raise SystemExit(distributed_main("infgen"))
