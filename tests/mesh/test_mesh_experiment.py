@@ -122,7 +122,8 @@ def test_small_scale(tmp_path):
     res = _check_results(rec.out_dir)
     assert res["seeds"] == [0, 1, 2]
     assert "gap_share_closed_by_mesh" in res["metrics"]
-    assert res["metrics"]["settings"]["tokens_per_arm"] == 200 * 16 * 64
+    assert res["metrics"]["settings"]["tokens_per_arm"] == 1200 * 16 * 64
+    assert "competence_gate" in res["metrics"]
 
 
 def test_competence_gate_rule():
