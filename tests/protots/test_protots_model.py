@@ -398,7 +398,7 @@ def test_pooling_is_the_learned_weighted_sum_over_time():
 def test_unit_distance_init_puts_the_median_nearest_root_distance_at_one_and_keeps_assignments():
     y, xd, xc = _batch(40)
     target = torch.randn(40, H)
-    plain = _model(n_roots=3)
+    plain = _model(n_roots=3, unit_distance=False)
     plain.init_prototypes(y, xd, xc, target, seed=0)
     m = _model(n_roots=3, unit_distance=True)
     m.init_prototypes(y, xd, xc, target, seed=0)

@@ -54,7 +54,7 @@ class ProtoTSConfig:
     split_eps: float = 0.05
     revin: bool = False
     proto_init: Literal["kmeans", "random"] = "kmeans"
-    unit_distance: bool = False
+    unit_distance: bool = True
 
 
 @dataclass(frozen=True)
