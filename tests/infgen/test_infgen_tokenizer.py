@@ -115,3 +115,35 @@ def test_ms_selection_never_picks_reversed_lane():
     assert np.all(d < math.pi / 2)
     straight = m.seg_type != 2
     assert np.all(rev[straight] != np.arange(m.num_segments)[straight])
+
+
+def test_as_targets_entries_only_trains_on_agents_entering_the_run():
+    from iclr26.infgen.tokenizer import END_UID_BASE, IGNORE, MS, SOA, TYPE, SceneTokenizer, long_run_windows
+    from iclr26.infgen.world import TinyTown
+
+    run = TinyTown().simulate(120, seed=4)
+    run_first = dict(zip(run.uid.tolist(), run.valid.argmax(0).tolist(), strict=True))
+    tok_all = SceneTokenizer(motion=MotionTokenizer(n_bins=5))
+    tok_new = SceneTokenizer(motion=MotionTokenizer(n_bins=5), as_targets="entries")
+    n_all = n_new = 0
+    starts = range(0, run.T - 11 + 1, 4)
+    wins_all = long_run_windows(tok_all, run, length=11, stride=4)
+    wins_new = long_run_windows(tok_new, run, length=11, stride=4)
+    assert len(wins_all) == len(wins_new) == len(starts)  # no window skipped: window i starts at 4 i
+    for (w, s_all), (_, s_new), t0 in zip(wins_all, wins_new, starts, strict=True):
+        assert np.array_equal(s_all.kind, s_new.kind) and np.array_equal(s_all.val, s_new.val)  # same inputs
+        agent = (s_new.kind == SOA) & (s_new.uid < END_UID_BASE)
+        first = {int(u): int(w.valid[:, j].argmax()) for j, u in enumerate(w.uid)}
+        for i in np.flatnonzero(agent):
+            u, t = int(s_new.uid[i]), int(s_new.t[i])
+            is_entry = first[u] == t and run_first[u] >= t0
+            assert (s_new.tgt[i] != IGNORE) == is_entry  # type target only at a true entry
+            assert (s_new.tgt[i + 1] != IGNORE) == is_entry and s_new.kind[i + 1] == TYPE  # map segment
+            assert (s_new.rs_tgt[i + 2, 0] != IGNORE) == is_entry and s_new.kind[i + 2] == MS  # RS fields
+        end = (s_new.kind == SOA) & (s_new.uid >= END_UID_BASE)
+        assert np.array_equal(s_new.tgt[end], s_all.tgt[end])  # the EOS targets stay
+        n_all += int((s_all.tgt[agent] != IGNORE).sum())
+        n_new += int((s_new.tgt[agent] != IGNORE).sum())
+    assert 0 < n_new < 0.3 * n_all
+    with pytest.raises(ValueError):
+        SceneTokenizer(as_targets="some")

@@ -19,13 +19,16 @@ from iclr26.infgen.world import TinyTownConfig
 
 @dataclass(frozen=True)
 class DataConfig:
-    """TinyTown data: training runs cut into windows, and one held-out long ground-truth run.
+    """TinyTown data: training runs cut into windows, and one held-out long ground-truth run (``as_targets``
+    applies at every scale).
 
     train_runs: simulated training runs per seed.
     run_seconds: length of each training run (s).
     long_seconds: length of the held-out ground-truth run (s).
     train_len: training window length (2 Hz steps; 11 = 5 s).
     stride: steps between training window starts.
+    as_targets: <AS> training targets: "all" (every agent, as the official loss) or "entries" (only agents
+        entering at that block, the only ones generation samples; the existing ones are state-forced).
     """
 
     train_runs: int = 1
@@ -33,6 +36,7 @@ class DataConfig:
     long_seconds: float = 600.0
     train_len: int = 11
     stride: int = 2
+    as_targets: str = "all"
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def _run_tinytown(ctx: RunContext, cfg: RunConfig) -> RunOutput:
 
 def build(cfg: RunConfig, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
     """The tokenizer (motion grid of ``cfg.motion``, ``cfg.model.n_slots`` agent slots) and a seeded model."""
-    tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
+    tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots, as_targets=cfg.data.as_targets)
     torch.manual_seed(seed)
     return tok, InfGenModel(cfg.model)
 

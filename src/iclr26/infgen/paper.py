@@ -87,7 +87,7 @@ def run_paper(ctx: RunContext) -> RunOutput:
     setup_distributed(ctx.device)  # under torchrun: binds this rank's GPU before any tensor is placed
     device = rank_device(ctx.device)
     for seed in ctx.seeds:
-        tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots)
+        tok = SceneTokenizer(motion=cfg.motion, n_slots=cfg.model.n_slots, as_targets=cfg.data.as_targets)
         torch.manual_seed(seed)
         model = InfGenModel(cfg.model)
         model.to(device)

@@ -358,11 +358,17 @@ class TokenBuilder:
         return TokenSeq(**{k: arr[k] for k in TokenSeq.FIELDS}, map=self.map)
 
 
+AS_TARGETS = ("all", "entries")
+
+
 @dataclass(frozen=True)
 class SceneTokenizer:
     """Scene -> token stream. ``as_every``: steps between <AS> blocks (TG_SKIP_STEP = 2); ``n_slots``:
     agent-id slots (128 in the paper); ``randomize_ids``: RANDOMIZE_AGENT_ID (random slots per scene);
-    ``with_as``: False gives the "base" / SceneStreamer-Motion stream (no <AS> tokens)."""
+    ``with_as``: False gives the "base" / SceneStreamer-Motion stream (no <AS> tokens); ``as_targets``: which
+    agents' type / map-segment / RS fields are training targets: "all" (every agent of every block, as the
+    official loss) or "entries" (only agents entering the scene at that block: existing agents are
+    state-forced in generation, so only entries are ever sampled; the SOA_end EOS target stays)."""
 
     motion: MotionTokenizer = MotionTokenizer()
     buckets: StateBuckets = StateBuckets()
@@ -370,6 +376,11 @@ class SceneTokenizer:
     n_slots: int = 32
     randomize_ids: bool = True
     with_as: bool = True
+    as_targets: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.as_targets not in AS_TARGETS:
+            raise ValueError(f"as_targets must be one of {AS_TARGETS}, got {self.as_targets!r}")
 
     def agent_order(self, scene: Scene, t: int, first: np.ndarray) -> np.ndarray:
         """Agents present at t: existing (appeared before t) first, then new, each by first appearance, uid."""
@@ -382,14 +393,18 @@ class SceneTokenizer:
         scene: Scene,
         rng: np.random.Generator | None = None,
         motion_tokens: tuple[np.ndarray, np.ndarray] | None = None,
+        entered: np.ndarray | None = None,
     ) -> tuple[TokenSeq, dict]:
         """Tokenize; returns the sequence and ``info`` (actions, reconstructed states, slots, MS ids).
-        ``motion_tokens``: precomputed (actions, reconstructed states), e.g. from :func:`long_run_windows`."""
+        ``motion_tokens``: precomputed (actions, reconstructed states), e.g. from :func:`long_run_windows`.
+        ``entered``: [A] bool, the agent enters the scene at its first step (default: its first step is not
+        step 0); read only with ``as_targets="entries"``."""
         if scene.A > self.n_slots:
             raise ValueError(f"scene has {scene.A} agents > n_slots={self.n_slots}")
         T, A = scene.valid.shape
         actions, recon = motion_tokens if motion_tokens is not None else self.motion.tokenize(scene)
         first = np.where(scene.valid.any(0), scene.valid.argmax(0), T)
+        entered = first > 0 if entered is None else np.asarray(entered, bool)
         rng = rng or np.random.default_rng(0)
         perm = rng.permutation(self.n_slots) if self.randomize_ids else np.arange(self.n_slots)
         slot = perm[:A]
@@ -409,9 +424,10 @@ class SceneTokenizer:
                     for j, a in enumerate(order):
                         u, s, ty = int(scene.uid[a]), int(slot[a]), int(scene.types[a])
                         ms_ids[t, a] = seg[j]
-                        b.soa(t, u, s, tgt=ty)
-                        b.type_(t, u, s, ty, tgt=int(seg[j]))
-                        b.ms(t, u, s, ty, seg[j], rs_tgt=bins[j])
+                        target = self.as_targets == "all" or (first[a] == t and entered[a])
+                        b.soa(t, u, s, tgt=ty if target else IGNORE)
+                        b.type_(t, u, s, ty, tgt=int(seg[j]) if target else IGNORE)
+                        b.ms(t, u, s, ty, seg[j], rs_tgt=bins[j] if target else None)
                         b.rs(t, u, s, ty, rsv[j], recon[t, a])
                 b.soa(t, END_UID_BASE + t, int(end_slot), tgt=EOS_TYPE)
                 b.eos(t)
@@ -443,6 +459,7 @@ def long_run_windows(
     from iclr26.infgen.world import align_to_even_steps
 
     actions, recon = tok.motion.tokenize(run)
+    run_first = np.where(run.valid.any(0), run.valid.argmax(0), run.T)
     out = []
     for t0 in range(0, run.T - length + 1, stride + stride % 2):
         sl = slice(t0, t0 + length)
@@ -466,6 +483,7 @@ def long_run_windows(
         first = w.valid.argmax(0)
         a[first, np.arange(w.A)] = tok.motion.start
         a[~w.valid] = -1
-        seq, _ = tok(w, np.random.default_rng([seed, t0]), motion_tokens=(a, w.states))
+        entered = run_first[cols][keep] >= t0  # entered the run inside this window, not before it
+        seq, _ = tok(w, np.random.default_rng([seed, t0]), motion_tokens=(a, w.states), entered=entered)
         out.append((w, seq))
     return out
