@@ -162,7 +162,7 @@ def test_every_setting_is_documented_once():
         assert len(format_config(cfg).splitlines()) == len(list(flatten(cfg)))
     smoke, small = config_for("smoke"), config_for("small")
     assert (smoke.rl.steps, smoke.sft.pure_steps, smoke.n_train) == (3, 60, 400)
-    assert (small.rl.steps, small.rl.n_prompts, small.sft.tool_steps, small.n_test) == (100, 16, 800, 600)
+    assert (small.rl.steps, small.rl.n_prompts, small.sft.tool_steps, small.n_test) == (136, 16, 800, 600)
 
 
 def test_batched_rollout_equals_one_by_one_and_runs_the_paper_eval(tmp_path, monkeypatch):

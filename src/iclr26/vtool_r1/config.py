@@ -56,7 +56,7 @@ class RunConfig:
     n_curve: int = 200
     eval_every: int = 25
     sft: SFTConfig = SFTConfig(pure_steps=400, tool_steps=800)
-    rl: VToolConfig = VToolConfig(n_prompts=16, group_size=8, steps=100)
+    rl: VToolConfig = VToolConfig(n_prompts=16, group_size=8, steps=136)
     model: TinyVLMConfig = TinyVLMConfig()
     gate_min_pct: float = 80.0
     workers: int = 3
