@@ -127,7 +127,7 @@ def test_small_scale(tmp_path):
 
 
 def test_competence_gate_rule():
-    from iclr26.mesh.experiment import competence_gate
+    from iclr26.mesh.summary import competence_gate
 
     g = competence_gate(vanilla=2.40, base=2.43, min_gap=0.02)
     assert g["passed"] and g["gap"] == pytest.approx(0.03)

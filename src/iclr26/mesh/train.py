@@ -156,8 +156,8 @@ def run_paper_scale(ctx: RunContext) -> RunOutput:
     """``iclr26 run mesh --scale paper --set paper.pythia=PATH --set paper.train.tokens=PATH [--set ...]``
     (every key: ``--show-config``)."""
     from iclr26.mesh.diagnostics import loop_diagnostics
-    from iclr26.mesh.experiment import ARM_SCHEMES, summarize
     from iclr26.mesh.pythia import pythia_config, vanilla_of
+    from iclr26.mesh.summary import ARM_SCHEMES, summarize
 
     pc: PaperConfig = ctx.cfg.paper
     pythia = str(ctx.require_path("paper.pythia"))
