@@ -53,7 +53,7 @@ TABLE1 = {
 def test_table1_eratio_is_ratio_of_means(bench):
     """E_ratio = ΣE / ΣN = mean E_tok / mean N_tok: every Table 1 entry agrees within 1 point
     (the printed E_tok / N_tok are rounded). Table 2 prints DAEDAL's E_ratio only, so it cannot be
-    checked this way; its GSM8K L=2048 entry (4.3%) is a likely typo, per the spec."""
+    checked this way; its GSM8K L=2048 entry (4.3%) is a likely typo."""
     for e, n, ratio in TABLE1[bench]:
         assert abs(100 * e / n - ratio) < 1.0
 

@@ -13,7 +13,7 @@ Tasks used by the reproduction (content is a fixed motif taken from the end of t
 * ``alt`` (medium): k ∈ [5, 18]; ``d_{k-1} d_k`` written k times, then ``;`` (11-37 tokens).
 * ``pairs`` (long): n ∈ [5, 15]; ``d_{n-1} d_n |`` written n times, then ``;`` (16-46 tokens).
 
-Tasks of the spec, kept for larger budgets (they need position-to-position copying, which the tiny
+Tasks of the first design, kept for larger budgets (they need position-to-position copying, which the tiny
 model did NOT learn within the CPU budget: 0% exact match after 800 steps, see the README):
 
 * ``rev``: reverse n ∈ [3, 14] digits; ``d_n ... d_1 ;`` (4-15 tokens).
