@@ -1,4 +1,7 @@
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -37,3 +40,26 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"iclr26 sandbox for papers' tests: {getattr(config, '_iclr26_sandbox', '?')}"
+
+
+@pytest.fixture
+def torchrun():
+    """``torchrun(args, env, timeout)``: ``python -m torch.distributed.run --nproc_per_node=2 ... *args`` on a
+    fresh rendezvous port, up to 3 times (the port can race with other sockets on a busy machine; a real bug
+    fails every attempt); the finished process, or an AssertionError with torchrun's stderr of each attempt."""
+
+    def run(args, env, timeout=300, nproc=2):
+        errors = []
+        for _ in range(3):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+            cmd += [f"--master_port={port}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", *args]
+            proc = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
+            if proc.returncode == 0:
+                return proc
+            errors.append(proc.stderr[-3000:])
+        raise AssertionError("torchrun failed 3 times:\n" + "\n----\n".join(errors))
+
+    return run

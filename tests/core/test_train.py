@@ -1,7 +1,6 @@
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -81,37 +80,21 @@ def test_non_finite_loss_raises():
 
 @pytest.mark.dist
 @pytest.mark.parametrize("accum", [1, 2])
-def test_ddp_two_processes_matches_one_process(tmp_path, accum):
+def test_ddp_two_processes_matches_one_process(tmp_path, accum, torchrun):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     subprocess.run(
         [sys.executable, str(HERE / "ddp_fit_script.py"), str(one), str(accum)], check=True, env=env, timeout=120
     )
-    # torchrun's rendezvous port can race with other sockets on a busy machine: try a few fresh ports
-    # (a real bug fails every attempt), and show torchrun's stderr if all fail.
-    errors = []
-    for _ in range(3):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={port}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}",
+    torchrun(
+        [
             str(HERE / "ddp_fit_script.py"),
             str(two),
             str(accum),
-        ]
-        proc = subprocess.run(cmd, env=env, timeout=240, capture_output=True, text=True)
-        if proc.returncode == 0:
-            break
-        errors.append(proc.stderr[-3000:])
-    else:
-        raise AssertionError("torchrun failed 3 times:\n" + "\n----\n".join(errors))
+        ],
+        env,
+        timeout=240,
+    )
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert len(a) == len(b) == 12
     assert all(math.isfinite(v) for v in a)

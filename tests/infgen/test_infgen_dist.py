@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,33 +14,19 @@ HERE = Path(__file__).parent
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_torchrun_two_gloo_processes_train(tmp_path):
+def test_torchrun_two_gloo_processes_train(tmp_path, torchrun):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
     script = str(HERE / "ddp_train_script.py")
     subprocess.run([sys.executable, script, str(tmp_path / "one"), "4"], check=True, env=env, timeout=240)
-    errors = []
-    for _ in range(3):  # the rendezvous port can race with other sockets on a busy machine
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={port}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}",
+    torchrun(
+        [
             script,
             str(tmp_path / "two"),
             "4",
-        ]
-        proc = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
-        if proc.returncode == 0:
-            break
-        errors.append(proc.stderr[-3000:])
-    else:
-        raise AssertionError("torchrun failed 3 times:\n" + "\n----\n".join(errors))
+        ],
+        env,
+        timeout=300,
+    )
     one = json.loads((tmp_path / "one.rank0.json").read_text())
     r0, r1 = (json.loads((tmp_path / f"two.rank{r}.json").read_text()) for r in (0, 1))
     assert one["world"] == 1 and r0["world"] == r1["world"] == 2
@@ -54,7 +39,7 @@ def test_torchrun_two_gloo_processes_train(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_torchrun_paper_scale_two_gloo_processes(tmp_path):
+def test_torchrun_paper_scale_two_gloo_processes(tmp_path, torchrun):
     """The paper-scale entry point (``python -m iclr26.infgen.paper``) under torchrun on a tiny ScenarioNet
     dataset: both ranks train (DDP), rank 0 writes the run folder."""
     from test_infgen_scenarionet import fake_scenario, write_dataset
@@ -74,31 +59,17 @@ def test_torchrun_paper_scale_two_gloo_processes(tmp_path):
         "eval.eval_from": "2",
     }
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    errors = []
-    for _ in range(3):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={port}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}",
+    torchrun(
+        [
             "-m",
             "iclr26.infgen.paper",
             "--out",
             str(tmp_path / "runs"),
             *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")],
-        ]
-        proc = subprocess.run(cmd, env=env, timeout=400, capture_output=True, text=True)
-        if proc.returncode == 0:
-            break
-        errors.append(proc.stderr[-3000:])
-    else:
-        raise AssertionError("torchrun failed 3 times:\n" + "\n----\n".join(errors))
+        ],
+        env,
+        timeout=400,
+    )
     (res_file,) = (tmp_path / "runs").rglob("results.json")
     res = json.loads(res_file.read_text())
     assert {c["name"] for c in res["claims"]} == {"C1", "C2", "C3"}
