@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from iclr26.core.progress import progress_env
 from iclr26.core.report import METRICS_FILE
 from iclr26.core.serialize import to_jsonable
 
@@ -550,7 +551,8 @@ def run_experiment(
     # secrets passed with --set (an API key, a token) never reach the run folder
     (out_dir / "config.json").write_text(json.dumps(redact(config), indent=2))
     start = time.perf_counter()
-    output = exp.run(ctx)
+    with progress_env(show_progress):
+        output = exp.run(ctx)
     wall = time.perf_counter() - start
     if not isinstance(output, RunOutput):
         raise ExperimentError(f"{exp.slug}: run() returned {type(output).__name__}, expected RunOutput")

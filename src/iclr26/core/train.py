@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from iclr26.core.progress import progress_disabled
 from iclr26.core.serialize import to_jsonable
 
 
@@ -294,7 +295,7 @@ def fit(
         initial=start,
         total=cfg.steps,
         desc=cfg.desc,
-        disable=not cfg.progress or rank != 0,
+        disable=not cfg.progress or rank != 0 or progress_disabled(),
         leave=False,
         dynamic_ncols=True,
     )
