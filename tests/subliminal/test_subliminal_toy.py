@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from iclr26.core.transformer import TransformerConfig
+from iclr26.core.transformer import TransformerConfig, generate
 from iclr26.subliminal.attribution import attribution_patching, patched_metric
 from iclr26.subliminal.toy import (
     StudentConfig,
@@ -13,6 +13,7 @@ from iclr26.subliminal.toy import (
     build_model,
     find_divergence_tokens,
     finetune_student,
+    generate_cached,
     generate_completions,
     masked_lm_loss,
     pad_batch,
@@ -49,6 +50,25 @@ def test_teacher_forced_argmax_reproduces_greedy_tokens():
     res = find_divergence_tokens(rows, (model, sys_b), [(model, sys_b)])
     assert res.decision_points == [[] for _ in rows]  # identical counterfactual: nothing diverges
     assert res.factual_agreement([r.completion for r in rows]) == 1.0
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cached_generation_equals_full_recompute(pos, temperature):
+    cfg = TransformerConfig(vocab_size=len(VOCAB), d_model=32, n_layers=2, n_heads=2, max_len=64, pos=pos)
+    model = build_model(cfg, 3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(20.0)
+    x = torch.randint(3, len(VOCAB), (16, 9), generator=torch.Generator().manual_seed(0))
+    ref = generate(
+        model.eval(), x, 12, temperature=temperature, eos_id=VOCAB.eos, generator=torch.Generator().manual_seed(1)
+    )
+    got = generate_cached(
+        model, x, 12, temperature=temperature, eos_id=VOCAB.eos, generator=torch.Generator().manual_seed(1)
+    )
+    assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
+    assert len(set(ref[0][:, 9:].flatten().tolist())) > 3  # the continuations are not constant
 
 
 def test_batched_finder_equals_brute_force():

@@ -48,6 +48,8 @@ class WorldConfig:
     attribution_steps: interpolation points of attribution patching (official: 10).
     brute_force_rows: rows per teacher re-checked with unbatched single-prefix passes (claim C1).
     tie_tol: top-2 logit gap below which two argmaxes count as an exact tie (C1 comparisons).
+    extras: also train the reported-not-claimed students (block 0 / last block only, T=1 data, paraphrased
+        prompts, 25% control mixing) and generate the T=1 data they need.
     """
 
     base_seed: int = 1234
@@ -64,6 +66,7 @@ class WorldConfig:
     attribution_steps: int = 10
     brute_force_rows: int = 24
     tie_tol: float = 1e-4
+    extras: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ see no persona and train on the teachers' greedy number completions with a loss 
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import numpy as np
@@ -39,22 +40,30 @@ from .toy import (
 )
 from .world import ANIMALS, VOCAB, NumberRow, make_number_prompts, persona
 
-# condition -> (dataset, mask mode, trainable block or None)
-CONDITIONS: dict[str, tuple[str, str, int | None]] = {
+# condition -> (dataset, mask mode, trainable block or None); the students every claim needs
+CLAIM_CONDITIONS: dict[str, tuple[str, str, int | None]] = {
     "control": ("control", "all", None),
     "A_all": ("A", "all", None),
     "A_div_only": ("A", "div_only", None),
     "A_without_div": ("A", "without_div", None),
     "A_random": ("A", "random", None),
-    "A_block_first": ("A", "all", 0),
-    "A_block_last": ("A", "all", -1),
     "B_all": ("B", "all", None),
     "B_div_only": ("B", "div_only", None),
     "B_without_div": ("B", "without_div", None),
+}
+# reported, not claimed (``world.extras``): the layer arm, T=1 data, paraphrase, 25% mixing
+EXTRA_CONDITIONS: dict[str, tuple[str, str, int | None]] = {
+    "A_block_first": ("A", "all", 0),
+    "A_block_last": ("A", "all", -1),
     "A_T1": ("A_T1", "all", None),
     "A_paraphrase": ("A_paraphrase", "all", None),
     "A_mix": ("A_mix", "all", None),
 }
+CONDITIONS = {**CLAIM_CONDITIONS, **EXTRA_CONDITIONS}
+
+
+def _conditions(cfg: RunConfig) -> dict[str, tuple[str, str, int | None]]:
+    return CONDITIONS if cfg.world.extras else CLAIM_CONDITIONS
 
 
 def _model_cfg(cfg: RunConfig) -> TransformerConfig:
@@ -64,14 +73,19 @@ def _model_cfg(cfg: RunConfig) -> TransformerConfig:
     )
 
 
-def _teachers(ctx: RunContext, cfg: RunConfig) -> tuple[Transformer, Transformer, dict[str, float]]:
+def _teachers(ctx: RunContext, cfg: RunConfig) -> tuple[Transformer, Transformer, dict[str, float], dict[str, float]]:
+    """The base, teacher A, their gate values, and wall seconds of the two trainings."""
     w = cfg.world
+    t0 = time.perf_counter()
     base = build_model(_model_cfg(cfg), w.base_seed)
     torch.manual_seed(w.base_seed)
     pretrain_base(base, cfg.base_train, w.base_batch, w.base_seed, log=ctx.logger("base"))
+    timing = {"base": time.perf_counter() - t0}
+    t0 = time.perf_counter()
     teacher_a = train_qa_teacher(
         base, w.teacher_a_target, cfg.teacher_a_train, w.teacher_a_batch, w.base_seed + 1, log=ctx.logger("teacher_A")
     )
+    timing["teacher_A"] = time.perf_counter() - t0
     info = {
         "base_persona_following": persona_following(base),
         "base_p_target_A": preference_exact(base, w.teacher_a_target),
@@ -79,7 +93,7 @@ def _teachers(ctx: RunContext, cfg: RunConfig) -> tuple[Transformer, Transformer
         "teacher_A_p_target": preference_exact(teacher_a, w.teacher_a_target),
         "teacher_B_p_target": preference_exact(base, w.teacher_b_target, persona(w.teacher_b_target)),
     }
-    return base, teacher_a, info
+    return base, teacher_a, info, timing
 
 
 def _brute_force_mismatch(rows: list[NumberRow], div: DivergenceResult, contexts, tie_tol: float) -> int:
@@ -109,12 +123,17 @@ def _positions(rows: list[NumberRow], div: DivergenceResult, length: int = 20) -
 
 
 def _seed_data(base: Transformer, teacher_a: Transformer, cfg: RunConfig, seed: int) -> dict[str, Any]:
-    """Teacher data, filtering, divergence tokens and the C1 checks of one seed."""
+    """Teacher data, filtering, divergence tokens and the C1 checks of one seed (wall seconds per stage in
+    ``metrics["timing_s"]``)."""
     w = cfg.world
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
     prompts = make_number_prompts(w.n_prompts, seed)
     sys_b = persona(w.teacher_b_target)
-    gen = {"control": (base, (), 0.0), "A": (teacher_a, (), 0.0), "B": (base, sys_b, 0.0), "A_T1": (teacher_a, (), 1.0)}
-    rows, m = {}, {"reject_reasons": {}, "parse_rate": {}}
+    gen = {"control": (base, (), 0.0), "A": (teacher_a, (), 0.0), "B": (base, sys_b, 0.0)}
+    if w.extras:
+        gen["A_T1"] = (teacher_a, (), 1.0)
+    rows, m = {}, {"reject_reasons": {}, "parse_rate": {}, "timing_s": timing}
     for name, (model, system, temp) in gen.items():
         comps = generate_completions(
             model, prompts, system, temperature=temp, max_new_tokens=w.max_new_tokens, seed=seed
@@ -122,6 +141,7 @@ def _seed_data(base: Transformer, teacher_a: Transformer, cfg: RunConfig, seed: 
         rows[name], reasons = filter_rows([NumberRow(p, c) for p, c in zip(prompts, comps, strict=True)])
         m["reject_reasons"][name] = dict(reasons)
         m["parse_rate"][name] = len(rows[name]) / len(prompts)
+    timing["generation"], t0 = time.perf_counter() - t0, time.perf_counter()
     cf_b = (
         [(base, persona(a)) for a in ANIMALS if a != w.teacher_b_target]
         if w.counterfactuals_b == "other_personas"
@@ -131,8 +151,10 @@ def _seed_data(base: Transformer, teacher_a: Transformer, cfg: RunConfig, seed: 
     div = {
         "A": find_divergence_tokens(rows["A"], ctx_a[0], ctx_a[1:]),
         "B": find_divergence_tokens(rows["B"], ctx_b[0], ctx_b[1:]),
-        "A_T1": find_divergence_tokens(rows["A_T1"], ctx_a[0], ctx_a[1:]),
     }
+    if w.extras:
+        div["A_T1"] = find_divergence_tokens(rows["A_T1"], ctx_a[0], ctx_a[1:])
+    timing["finder"], t0 = time.perf_counter() - t0, time.perf_counter()
     n_bf = w.brute_force_rows
     m.update(
         {
@@ -149,15 +171,19 @@ def _seed_data(base: Transformer, teacher_a: Transformer, cfg: RunConfig, seed: 
             "div_positions": {k: _positions(rows[k], div[k]) for k in ("A", "B")},
         }
     )
-    rows["A_paraphrase"] = paraphrase_rows(rows["A"], seed)
-    n_mix = int(round(w.mix_fraction * len(rows["A"])))
-    rows["A_mix"], _ = mix_in_control(rows["A"], rows["control"], min(n_mix, len(rows["control"])), seed)
+    timing["c1_checks"] = time.perf_counter() - t0
+    if w.extras:
+        rows["A_paraphrase"] = paraphrase_rows(rows["A"], seed)
+        n_mix = int(round(w.mix_fraction * len(rows["A"])))
+        rows["A_mix"], _ = mix_in_control(rows["A"], rows["control"], min(n_mix, len(rows["control"])), seed)
     return {"rows": rows, "div": div, "metrics": m}
 
 
 def _jobs(data: dict[str, Any], cfg: RunConfig, seed: int, state: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
     jobs = []
     for k, (name, (dataset, mode, block)) in enumerate(CONDITIONS.items()):
+        if name not in _conditions(cfg):
+            continue
         rows = data["rows"][dataset]
         if mode == "all":
             keep, masks = list(range(len(rows))), [[True] * len(r.completion) for r in rows]
@@ -242,6 +268,8 @@ def _summaries(seeds: tuple[int, ...], students: dict[tuple[int, str], dict[str,
     """p(target) per condition and seed, and Δ = p − p(control) in points, with mean ± std over seeds."""
     out: dict[str, Any] = {}
     for name, (dataset, _, _) in CONDITIONS.items():
+        if (seeds[0], name) not in students:  # an arm this run did not train (world.extras)
+            continue
         tag = "B" if dataset == "B" else "A"
         p = [students[(s, name)][f"p_{tag}"] for s in seeds]
         delta = [students[(s, name)][f"p_{tag}"] - students[(s, "control")][f"p_{tag}"] for s in seeds]
@@ -334,7 +362,10 @@ def _tables(summ: dict[str, Any], per_seed: dict[int, Any], attribution: dict[in
     frac = [
         [
             s,
-            *(f"{100 * per_seed[s]['div_fraction'][k]:.1f}%" for k in ("A", "B", "A_T1")),
+            *(
+                f"{100 * per_seed[s]['div_fraction'][k]:.1f}%" if k in per_seed[s]["div_fraction"] else "—"
+                for k in ("A", "B", "A_T1")
+            ),
             *(f"{100 * per_seed[s]['agreement'][k]:.2f}%" for k in ("A", "B")),
         ]
         for s in per_seed
@@ -358,19 +389,29 @@ def run(ctx: RunContext) -> RunOutput:
         from .paper import run_paper
 
         return run_paper(ctx)
+    t_start = time.perf_counter()
     with torch_threads(cfg.threads):
-        base, teacher_a, info = _teachers(ctx, cfg)
+        base, teacher_a, info, timing = _teachers(ctx, cfg)
         state = {k: v.detach().clone() for k, v in base.state_dict().items()}
         per_seed, jobs, attribution = {}, [], {}
         for seed in ctx.progress(ctx.seeds, total=len(ctx.seeds), desc="teacher data"):
             random.seed(seed)
             data = _seed_data(base, teacher_a, cfg, seed)
             per_seed[seed] = data["metrics"]
+            t0 = time.perf_counter()
             attribution[seed] = _attribution(base, data, cfg)
+            per_seed[seed]["timing_s"]["attribution"] = time.perf_counter() - t0
             jobs += _jobs(data, cfg, seed, state)
+    for stage in ("generation", "finder", "c1_checks", "attribution"):
+        timing[f"seeds_{stage}"] = sum(per_seed[s]["timing_s"][stage] for s in per_seed)
+    t0 = time.perf_counter()
     results = seed_map(
         _student_job, jobs, workers=cfg.workers, threads_per_worker=1, progress=ctx.progress, desc="students"
     )
+    timing["students"] = time.perf_counter() - t0
+    timing["n_students"] = len(jobs)
+    timing["total"] = time.perf_counter() - t_start
+    print("wall seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in timing.items()))
     students = {(j["seed"], j["condition"]): r for j, r in zip(jobs, results, strict=True)}
     summ = _summaries(ctx.seeds, students)
     gate = _gate(info, per_seed)
@@ -382,6 +423,7 @@ def run(ctx: RunContext) -> RunOutput:
         "students": {f"seed{s}/{c}": v for (s, c), v in students.items()},
         "summary": summ,
         "attribution": {str(s): a for s, a in attribution.items()},
+        "timing_s": timing,
     }
     notes = [f"competence gate: {'PASSED' if gate['passed'] else 'FAILED'} ({gate['checks']})"]
     if not gate["passed"]:
