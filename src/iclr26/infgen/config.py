@@ -27,8 +27,9 @@ class DataConfig:
     long_seconds: length of the held-out ground-truth run (s).
     train_len: training window length (2 Hz steps; 11 = 5 s).
     stride: steps between training window starts.
-    as_targets: <AS> training targets: "all" (every agent, as the official loss) or "entries" (only agents
-        entering at that block, the only ones generation samples; the existing ones are state-forced).
+    as_targets: <AS> training targets: "entries" (only agents entering the run at that block, the only ones
+        generation samples; the existing ones are state-forced) or "all" (every agent, the official loss; the
+        paper scale's setting).
     """
 
     train_runs: int = 1
@@ -36,7 +37,7 @@ class DataConfig:
     long_seconds: float = 600.0
     train_len: int = 11
     stride: int = 2
-    as_targets: str = "all"
+    as_targets: str = "entries"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class RunConfig:
     batch: sequences per optimiser step (per rank under torchrun).
     rollout: generation settings shared by all methods (insertion is set per method: released / off / learned).
     eval: rollout horizon and statistics window.
-    threads: TinyTown scales: torch threads (restored after the run).
+    threads: TinyTown scales: torch threads per seed (restored after the run).
+    workers: TinyTown scales: seeds run in this many worker processes (the numbers do not depend on it).
     paper: paper scale: the ScenarioNet data.
     """
 
@@ -100,6 +102,7 @@ class RunConfig:
     rollout: RolloutConfig = RolloutConfig()
     eval: EvalConfig = EvalConfig()
     threads: int = 1
+    workers: int = 2
     paper: PaperConfig = PaperConfig()
 
 
@@ -115,10 +118,12 @@ def config_for(scale: str) -> RunConfig:
             model=replace(base.model, d_model=32, n_dec_layers=1, n_actions=13 * 13),
             train=replace(base.train, steps=6, warmup_steps=1),
             eval=replace(base.eval, horizon=40, eval_from=20, n_scenes=1),
+            workers=1,
         )
     if scale == "paper":
         return replace(
             base,
+            data=replace(base.data, as_targets="all"),
             model=InfGenConfig.paper("large"),
             train=paper_train_config(100_000),
             rollout=replace(base.rollout, max_agents=120),

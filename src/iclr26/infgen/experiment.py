@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from iclr26.core.experiment import Claim, Experiment, RunContext, RunOutput
-from iclr26.core.parallel import torch_threads
+from iclr26.core.parallel import seed_map, torch_threads
 from iclr26.infgen.config import RunConfig, check_config, config_for
 from iclr26.infgen.evaluate import METHODS, measure, summarise, tokenized_accels
 from iclr26.infgen.generate import Generator, log_replay
@@ -99,12 +101,25 @@ def run(ctx: RunContext) -> RunOutput:
         return _run_tinytown(ctx, cfg)
 
 
+def _seed_job(seed: int, cfg: RunConfig, show_progress: bool = False) -> tuple[dict, dict, Scene]:
+    """One seed from data to statistics (module level, so seeds can run in worker processes)."""
+    t0 = time.perf_counter()
+    with torch_threads(max(1, cfg.threads)):
+        res, seed_curves, scene0 = run_seed(cfg, seed, show_progress)
+    res["wall_seconds"] = time.perf_counter() - t0
+    return res, seed_curves, scene0
+
+
 def _run_tinytown(ctx: RunContext, cfg: RunConfig) -> RunOutput:
     per_seed, curves, frames_scene = {}, {}, None
-    for seed in ctx.seeds:
-        t0 = time.perf_counter()
-        res, seed_curves, scene0 = run_seed(ctx, cfg, seed)
-        res["wall_seconds"] = time.perf_counter() - t0
+    workers = min(max(1, cfg.workers), len(ctx.seeds))
+    jobs = seed_map(
+        partial(_seed_job, cfg=cfg, show_progress=ctx.show_progress and workers == 1),
+        ctx.seeds,
+        workers=workers,
+        threads_per_worker=max(1, cfg.threads),
+    )
+    for seed, (res, seed_curves, scene0) in zip(ctx.seeds, jobs, strict=True):
         per_seed[seed] = res
         for k, v in seed_curves.items():
             curves.setdefault(k, []).append(v)
@@ -120,7 +135,7 @@ def build(cfg: RunConfig, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
     return tok, InfGenModel(cfg.model)
 
 
-def run_seed(ctx: RunContext, cfg: RunConfig, seed: int) -> tuple[dict, dict, Scene]:
+def run_seed(cfg: RunConfig, seed: int, show_progress: bool = False) -> tuple[dict, dict, Scene]:
     rng = np.random.default_rng(seed)
     world = TinyTown(cfg.world)
     tok, model = build(cfg, seed)
@@ -134,9 +149,10 @@ def run_seed(ctx: RunContext, cfg: RunConfig, seed: int) -> tuple[dict, dict, Sc
     fit_res = train_infgen(
         model,
         seqs,
-        replace(cfg.train, progress=ctx.show_progress, desc=f"train seed {seed}"),
+        replace(cfg.train, progress=show_progress, desc=f"train seed {seed}"),
         cfg.batch,
         seed,
+        cache_neighbours=True,
     )
     gen = Generator(model, tok)
     gt = world.simulate(d.long_seconds, seed=10_000 * seed + 5_000)
@@ -145,7 +161,13 @@ def run_seed(ctx: RunContext, cfg: RunConfig, seed: int) -> tuple[dict, dict, Sc
     H, t_from, n_learned = cfg.eval.horizon, cfg.eval.eval_from, cfg.eval.n_learned
     seeds = _seed_windows(gt, cfg.eval.n_scenes)
     rollouts = {m: [] for m in METHODS}
-    bar = ctx.progress(total=len(seeds) * 3 + min(n_learned, len(seeds)), desc=f"rollouts seed {seed}")
+    bar = tqdm(
+        total=len(seeds) * 3 + min(n_learned, len(seeds)),
+        desc=f"rollouts seed {seed}",
+        disable=not show_progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     for i, sw in enumerate(seeds):
         target = int(rng.choice(counts))
         for m, mode in (("insertion", "released"), ("no_insertion", "off")):

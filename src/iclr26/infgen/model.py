@@ -68,6 +68,9 @@ class InfGenConfig:
         (official: True, from the force mask); False = only the motion tokens of the previous step.
     mo_sees_all_block_ends: motion tokens attend to the sos/eos of every <AS> block up to their step
         (official: True); False = only of the blocks that hold their agent.
+    sparse_attn: compute self-attention only over the keys the mask allows (per-query key lists): the same
+        function as the dense path (False: every [Lq, Lk] pair gets relative features, a bias and a softmax
+        entry), several times faster to train; tested equal to the dense path.
     """
 
     d_model: int = 64
@@ -88,6 +91,7 @@ class InfGenConfig:
     official_residual: bool = False
     as_sees_own_motion: bool = True
     mo_sees_all_block_ends: bool = True
+    sparse_attn: bool = True
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -195,21 +199,22 @@ def group_mask(
     return m | self_pad
 
 
-def rel_features(
+def pair_features(
     qp: Tensor, qh: Tensor, qt: Tensor | None, kp: Tensor, kh: Tensor, kt: Tensor | None, window: int
 ) -> Tensor:
-    """Relative pose features e_qk [B, Lq, Lk, N_REL] (see module docstring)."""
-    dx = kp[:, None, :, 0] - qp[:, :, None, 0]
-    dy = kp[:, None, :, 1] - qp[:, :, None, 1]
-    c, s = torch.cos(qp[:, :, None, 2]), torch.sin(qp[:, :, None, 2])
+    """Relative pose features e_qk [..., N_REL] of query / key pairs given as broadcastable tensors
+    (poses [..., 3], has-pose flags and steps [...]); see the module docstring."""
+    dx = kp[..., 0] - qp[..., 0]
+    dy = kp[..., 1] - qp[..., 1]
+    c, s = torch.cos(qp[..., 2]), torch.sin(qp[..., 2])
     lx, ly = (c * dx + s * dy) / 50, (-s * dx + c * dy) / 50
-    dpsi = kp[:, None, :, 2] - qp[:, :, None, 2]
+    dpsi = kp[..., 2] - qp[..., 2]
     dist = torch.sqrt(dx * dx + dy * dy + 1e-6) / 50
-    hq = qh[:, :, None].float().expand_as(dx)
-    hk = kh[:, None, :].float().expand_as(dx)
+    hq = qh.float().expand_as(dx)
+    hk = kh.float().expand_as(dx)
     both = hq * hk
     near = torch.exp(-5 * dist) * both  # exp(-d / 10 m)
-    dtt = ((qt[:, :, None] - kt[:, None, :]).float() / window) if qt is not None else torch.zeros_like(dx)
+    dtt = ((qt - kt).float().expand_as(dx) / window) if qt is not None else torch.zeros_like(dx)
     return torch.stack(
         [
             lx * both,
@@ -226,6 +231,36 @@ def rel_features(
         ],
         -1,
     )
+
+
+def rel_features(
+    qp: Tensor, qh: Tensor, qt: Tensor | None, kp: Tensor, kh: Tensor, kt: Tensor | None, window: int
+) -> Tensor:
+    """Relative pose features of every query / key pair, [B, Lq, Lk, N_REL] (see module docstring)."""
+    return pair_features(
+        qp[:, :, None],
+        qh[:, :, None],
+        qt[:, :, None] if qt is not None else None,
+        kp[:, None],
+        kh[:, None],
+        kt[:, None] if kt is not None else None,
+        window,
+    )
+
+
+def neighbours(allowed: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys each query may attend to, as padded index lists: ``allowed`` [B, Lq, Lk] bool ->
+    (idx [B, Lq, K] key positions in increasing order, valid [B, Lq, K]), K = the most keys any query sees.
+    Padded entries point at key 0 and are not valid."""
+    B, Lq, _ = allowed.shape
+    count = allowed.sum(-1)
+    K = max(1, int(count.max()))
+    pos = allowed.long().cumsum(-1) - 1
+    b, q, k = allowed.nonzero(as_tuple=True)
+    idx = torch.zeros(B, Lq, K, dtype=torch.long, device=allowed.device)
+    idx[b, q, pos[b, q, k]] = k
+    valid = torch.arange(K, device=allowed.device) < count[..., None]
+    return idx, valid
 
 
 # --------------------------------------------------------------------------------------------------
@@ -252,6 +287,20 @@ class MHA(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         B, _, L, _ = out.shape
         return self.o(out.transpose(1, 2).reshape(B, L, -1))
+
+    def forward_sparse(self, x: Tensor, k: Tensor, v: Tensor, idx: Tensor, bias: Tensor) -> Tensor:
+        """The same attention restricted to listed keys: idx [B, Lq, K] key positions per query, bias
+        [B, H, Lq, K] additive (-inf at padded entries). Scores of all pairs come from one matrix product;
+        the softmax runs over the K listed keys only, and its weights are scattered back for the product with
+        the values, so no [Lq, Lk] bias, mask or softmax is formed."""
+        q = self.split(self.q(x) * (1.0 / math.sqrt(self.dh)))
+        B, H, Lq, _ = q.shape
+        ix = idx[:, None].expand(B, H, Lq, idx.shape[-1])
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        p = torch.softmax(scores.gather(-1, ix) + bias, -1)
+        weights = torch.zeros_like(scores).scatter_add(-1, ix, p)
+        out = torch.matmul(weights, v)
+        return self.o(out.transpose(1, 2).reshape(B, Lq, -1))
 
 
 def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Module:
@@ -499,6 +548,35 @@ class InfGenModel(nn.Module):
         )
         return mlp_(e).permute(0, 3, 1, 2)
 
+    def allowed(self, q: dict[str, Tensor], k: dict[str, Tensor]) -> Tensor:
+        """The group-causal mask of this model's settings (see :func:`group_mask`)."""
+        cfg = self.cfg
+        return group_mask(
+            q,
+            k,
+            cfg.window,
+            as_sees_own_motion=cfg.as_sees_own_motion,
+            mo_sees_all_block_ends=cfg.mo_sees_all_block_ends,
+        )
+
+    def _sparse_bias(self, q: dict, k: dict, idx: Tensor, valid: Tensor) -> Tensor:
+        """Self-attention bias [B, H * n_layers, Lq, K] for the listed keys only (-inf at padding)."""
+        B, Lq, K = idx.shape
+        neg = torch.where(valid, 0.0, float("-inf"))[:, None]
+        if not self.cfg.rel_bias:
+            return neg.expand(B, self.cfg.n_heads * self.cfg.n_dec_layers, Lq, K)
+        bi = torch.arange(B, device=idx.device)[:, None, None]
+        e = pair_features(
+            q["pose"][:, :, None],
+            q["has_pose"][:, :, None],
+            q["t"][:, :, None],
+            k["pose"][bi, idx],
+            k["has_pose"][bi, idx],
+            k["t"][bi, idx],
+            self.cfg.window,
+        )
+        return self.rel_self(e).permute(0, 3, 1, 2) + neg
+
     def extend(self, b: dict[str, Tensor], mc: MapContext, cache: KVCache | None = None) -> Tensor:
         """Run the decoder on new tokens ``b`` ([B, Lq] fields) attending to ``cache`` + themselves.
         Returns the final hidden states [B, Lq, d]; appends the new keys/values to ``cache`` if given."""
@@ -510,15 +588,17 @@ class InfGenModel(nn.Module):
             kmeta = {k: torch.cat([cache.meta[k], qmeta[k]], 1) for k in META}
         else:
             kmeta = qmeta
-        allowed = group_mask(
-            qmeta,
-            kmeta,
-            cfg.window,
-            as_sees_own_motion=cfg.as_sees_own_motion,
-            mo_sees_all_block_ends=cfg.mo_sees_all_block_ends,
-        )
-        neg = torch.where(allowed, 0.0, float("-inf"))[:, None]
-        bias_self = self._bias(self.rel_self, qmeta, kmeta, True)
+        if cfg.sparse_attn and "nbr_idx" in b and kmeta is qmeta:  # key lists precomputed per sequence
+            idx, nb_valid = b["nbr_idx"], b["nbr_valid"]
+            bias_self = self._sparse_bias(qmeta, kmeta, idx, nb_valid)
+        else:
+            allowed = self.allowed(qmeta, kmeta)
+            if cfg.sparse_attn:
+                idx, nb_valid = neighbours(allowed)
+                bias_self = self._sparse_bias(qmeta, kmeta, idx, nb_valid)
+            else:
+                neg = torch.where(allowed, 0.0, float("-inf"))[:, None]
+                bias_self = self._bias(self.rel_self, qmeta, kmeta, True)
         mapk = {"pose": mc.pose, "has_pose": mc.valid}
         bias_cross = self._bias(self.rel_cross, qmeta, mapk, False)
         cross_mask = torch.where(mc.valid, 0.0, float("-inf"))[:, None, None, :]
@@ -536,7 +616,10 @@ class InfGenModel(nn.Module):
             if cache is not None and len(cache):
                 k, v = torch.cat([cache.keys[i], k], 2), torch.cat([cache.values[i], v], 2)
             base = x if cfg.official_residual else h1
-            h2 = base + layer["self_"](y, k, v, bias_self[:, sl] + neg)
+            if cfg.sparse_attn:
+                h2 = base + layer["self_"].forward_sparse(y, k, v, idx, bias_self[:, sl])
+            else:
+                h2 = base + layer["self_"](y, k, v, bias_self[:, sl] + neg)
             base = x if cfg.official_residual else h2
             x = base + layer["ff"](layer["ln_f"](h2))
         if cache is not None:
@@ -654,3 +737,30 @@ def collate_maps(maps: list, device: str | torch.device = "cpu") -> dict[str, Te
         "seg_type": t(stype, device=device),
         "seg_valid": t(valid, device=device),
     }
+
+
+def seq_neighbours(model: InfGenModel, seq: TokenSeq) -> np.ndarray:
+    """The keys each token of one sequence may attend to under ``model``'s mask: [L, K] int32 positions,
+    -1 after the last (the same lists :func:`neighbours` gives inside the model; precomputed once per
+    training sequence because the mask depends on token metadata only)."""
+    b = collate([seq])
+    meta = {k: b[k] for k in META}
+    idx, valid = neighbours(model.allowed(meta, meta))
+    return np.where(valid[0].numpy(), idx[0].numpy(), -1).astype(np.int32)
+
+
+def attach_neighbours(b: dict[str, Tensor], lists: list[np.ndarray]) -> dict[str, Tensor]:
+    """Add per-sequence key lists (:func:`seq_neighbours`) to a collated batch as ``nbr_idx`` / ``nbr_valid``
+    [B, L, K]; a padding query lists only itself, as the mask lets it."""
+    B, L = b["kind"].shape
+    K = max(1, max(x.shape[1] for x in lists))
+    idx = np.zeros((B, L, K), np.int64)
+    valid = np.zeros((B, L, K), bool)
+    for i, x in enumerate(lists):
+        n, k = x.shape
+        idx[i, :n, :k] = np.maximum(x, 0)
+        valid[i, :n, :k] = x >= 0
+        idx[i, n:, 0] = np.arange(n, L)
+        valid[i, n:, 0] = True
+    dev = b["kind"].device
+    return {**b, "nbr_idx": torch.as_tensor(idx, device=dev), "nbr_valid": torch.as_tensor(valid, device=dev)}

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from iclr26.core.train import FitResult, TrainConfig, fit
-from iclr26.infgen.model import InfGenModel, collate, collate_maps
+from iclr26.infgen.model import InfGenModel, attach_neighbours, collate, collate_maps, seq_neighbours
 from iclr26.infgen.tokenizer import TokenSeq
 
 
@@ -40,16 +40,27 @@ def train_infgen(
     seed: int,
     ckpt_dir=None,
     device: str | torch.device = "cpu",
+    cache_neighbours: bool = False,
 ) -> FitResult:
-    """Teacher-forced training on token sequences; batches drawn with a per-step seeded generator."""
+    """Teacher-forced training on token sequences; batches drawn with a per-step seeded generator.
+    ``cache_neighbours``: with ``model.cfg.sparse_attn``, compute each sequence's attention key lists once
+    and keep them (the mask depends on token metadata only; the same numbers, less work per step)."""
     if not seqs:
         raise ValueError("no training sequences")
+    lists: dict[int, np.ndarray] = {}
+    use_lists = cache_neighbours and model.cfg.sparse_attn
 
     def get_batch(step: int, rank: int, world: int):
         rng = np.random.default_rng([seed, step])
         idx = rng.choice(len(seqs), size=batch_size * world, replace=len(seqs) < batch_size * world)
-        mine = [seqs[i] for i in idx[rank::world]]
-        return collate(mine, device=device), collate_maps([s.map for s in mine], device=device)
+        mine = [int(i) for i in idx[rank::world]]
+        b = collate([seqs[i] for i in mine], device=device)
+        if use_lists:
+            for i in mine:
+                if i not in lists:
+                    lists[i] = seq_neighbours(model, seqs[i])
+            b = attach_neighbours(b, [lists[i] for i in mine])
+        return b, collate_maps([seqs[i].map for i in mine], device=device)
 
     def loss_fn(m, batch):
         b, mb = batch
