@@ -6,7 +6,8 @@
 (b) core.train.fit against a bare hand-written loop doing the same work (AdamW, the same lr
     schedule, grad clipping), target <= 1.05;
 (c) core.sandbox: a trivial call through a persistent SandboxServer against a one-shot run_untrusted
-    call (see sandbox_overhead.py), target <= 0.25.
+    call (see sandbox_overhead.py), target <= 0.25;
+(d) an InfGen training step with the sparse self-attention against the dense one (see infgen_train_step.py).
 
 Run: `python benchmarks/run_all.py [--repeats 5]`. Times are medians over repeats of interleaved
 runs, so slow phases of a shared machine hit both sides alike. Nothing here asserts a time.
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from iclr26.core.parallel import torch_threads
 from iclr26.core.train import TrainConfig, fit, lr_at, make_optimizer
 from iclr26.core.transformer import Transformer, TransformerConfig
 
@@ -143,6 +145,12 @@ def main() -> None:
         f"sandbox server call / one-shot call:            {r3:.3f}  (target <= 0.25; "
         f"{srv * 1e3:.1f} ms vs {one * 1e3:.1f} ms)"
     )
+    spec = importlib.util.spec_from_file_location("infgen_train_step", Path(__file__).with_name("infgen_train_step.py"))
+    infgen_train_step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(infgen_train_step)
+    with torch_threads(1):
+        dense, sparse, r4, _ = infgen_train_step.bench_infgen(args.repeats, args.steps)
+    print(f"infgen step, sparse / dense attention:          {r4:.3f}  ({sparse * 1e3:.0f} ms vs {dense * 1e3:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -56,3 +56,18 @@ def test_c2_acceleration_is_measured_against_the_tokenized_log():
     res, _ = measure({"insertion": [log]}, gt, 0, T)
     assert res["w1_accel_raw_insertion"] == 0.0  # the raw log against itself
     assert res["w1_accel_insertion"] == res["w1_accel_tokenized_gt"] > 0.5  # the grid's quantization floor
+
+
+@pytest.mark.slow
+def test_seed_workers_do_not_change_the_numbers(tmp_path):
+    opts = {"data.run_seconds": "60", "eval.horizon": "24", "eval.eval_from": "12"}
+    res = {}
+    for w in ("1", "2"):
+        opt = {**opts, "workers": w}
+        rec = run_experiment(EXPERIMENT, "smoke", seeds=(0, 1), out_root=tmp_path / w, options=opt, show_progress=False)
+        res[w] = json.loads((rec.out_dir / "results.json").read_text())["metrics"]["per_seed"]
+    for seed in ("0", "1"):
+        one, two = res["1"][seed], res["2"][seed]
+        assert one["losses"] == two["losses"]
+        keys = [k for k, v in one.items() if isinstance(v, float) and not k.endswith("seconds")]
+        assert {k: one[k] for k in keys} == {k: two[k] for k in keys}

@@ -137,6 +137,7 @@ def build(cfg: RunConfig, seed: int) -> tuple[SceneTokenizer, InfGenModel]:
 
 def run_seed(cfg: RunConfig, seed: int, show_progress: bool = False) -> tuple[dict, dict, Scene]:
     rng = np.random.default_rng(seed)
+    t_start = time.perf_counter()
     world = TinyTown(cfg.world)
     tok, model = build(cfg, seed)
     d = cfg.data
@@ -146,6 +147,7 @@ def run_seed(cfg: RunConfig, seed: int, show_progress: bool = False) -> tuple[di
         pairs += long_run_windows(tok, log, length=d.train_len, stride=d.stride, seed=seed)
     seqs = [p[1] for p in pairs]
     counts = np.concatenate([p[0].counts() for p in pairs])
+    t_train = time.perf_counter()
     fit_res = train_infgen(
         model,
         seqs,
@@ -154,6 +156,7 @@ def run_seed(cfg: RunConfig, seed: int, show_progress: bool = False) -> tuple[di
         seed,
         cache_neighbours=True,
     )
+    t_eval = time.perf_counter()
     gen = Generator(model, tok)
     gt = world.simulate(d.long_seconds, seed=10_000 * seed + 5_000)
     gt_stats = scene_stats(gt, 0, gt.T)
@@ -195,6 +198,9 @@ def run_seed(cfg: RunConfig, seed: int, show_progress: bool = False) -> tuple[di
             "final_loss": float(np.mean(fit_res.losses[-10:])),
             "n_train_windows": len(seqs),
             "gen_calls": gen.n_calls,
+            "data_seconds": t_train - t_start,
+            "train_seconds": t_eval - t_train,
+            "eval_seconds": time.perf_counter() - t_eval,
         }
     )
     return res, curves, rollouts["insertion"][0]
