@@ -64,9 +64,9 @@ class WorldConfig:
     mix_fraction: float = 0.25
     attribution_pairs: int = 32
     attribution_steps: int = 10
-    brute_force_rows: int = 24
+    brute_force_rows: int = 8
     tie_tol: float = 1e-4
-    extras: bool = True
+    extras: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class RunConfig:
         steps=1200, lr=2e-3, warmup_steps=50, weight_decay=0.1, progress=False, desc="base"
     )
     teacher_a_train: TrainConfig = TrainConfig(
-        steps=100, lr=1e-3, warmup_steps=10, weight_decay=0.0, min_lr_ratio=1.0, progress=False, desc="teacher A"
+        steps=50, lr=3e-4, warmup_steps=10, weight_decay=0.0, min_lr_ratio=1.0, progress=False, desc="teacher A"
     )
     world: WorldConfig = WorldConfig()
     students: StudentConfig = StudentConfig()
@@ -139,6 +139,7 @@ def config_for(scale: str) -> RunConfig:
                 attribution_pairs=4,
                 attribution_steps=2,
                 brute_force_rows=3,
+                extras=True,
             ),
             students=replace(base.students, steps=8, batch_size=16),
             workers=1,

@@ -240,7 +240,7 @@ def generate_completions(
 
 @torch.no_grad()
 def teacher_forced_argmax(
-    model: Transformer, rows: Sequence[NumberRow], system: Sequence[int] = (), batch_size: int = 512
+    model: Transformer, rows: Sequence[NumberRow], system: Sequence[int] = (), batch_size: int = 128
 ) -> list[Tensor]:
     """argmax_t p(t | <bos> system prompt x_<k) at every completion position k, per row (a [T] tensor)."""
     out: list[Tensor] = []
@@ -260,7 +260,7 @@ def find_divergence_tokens(
     rows: Sequence[NumberRow],
     factual: tuple[Transformer, Sequence[int]],
     counterfactuals: Sequence[tuple[Transformer, Sequence[int]]],
-    batch_size: int = 512,
+    batch_size: int = 128,
 ) -> DivergenceResult:
     """The divergence finder on the toy model: every context is a (model, system prompt) pair, e.g.
     (teacher, persona(owl)) vs [(teacher, persona(b')) for b' ≠ owl], or (fine-tuned, ()) vs [(base, ())].
