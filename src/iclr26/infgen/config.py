@@ -97,7 +97,7 @@ class RunConfig:
     data: DataConfig = DataConfig()
     motion: MotionTokenizer = MotionTokenizer()
     model: InfGenConfig = InfGenConfig(d_model=64, n_dec_layers=2, n_slots=32, max_segments=128)
-    train: TrainConfig = TrainConfig(steps=1200, lr=1e-3, weight_decay=0.0, warmup_steps=120, grad_clip=1.0)
+    train: TrainConfig = TrainConfig(steps=1000, lr=1e-3, weight_decay=0.0, warmup_steps=100, grad_clip=1.0)
     batch: int = 4
     rollout: RolloutConfig = RolloutConfig()
     eval: EvalConfig = EvalConfig()
