@@ -286,6 +286,42 @@ def test_decoded_adjacency_symmetric_binary_zero_diagonal():
     assert adj.sum() > 0
 
 
+def test_bilinear_edge_logit_rebuilds_adjacency_from_eigen_coordinates():
+    """e_ij carries Σ_k w_k Z_l^ik Z_l^jk: with Z_l = adjacency eigen-coordinates, w = sign(λ_k) and the MLP
+    path silenced (constant −0.5), the decoder reproduces every community-small graph exactly."""
+    d = 16
+    dense = to_dense(community_small(16, 3))
+    ae = GraphAE(AEConfig(d=d, hidden=16))
+    with torch.no_grad():
+        ae.edge_mlp[-1].weight.zero_()
+        ae.edge_mlp[-1].bias.fill_(-0.5)
+        ae.bilinear.copy_(torch.cat([torch.ones(d // 2), -torch.ones(d - d // 2)]))
+    zl = spectral_pe(dense.adj, d)
+    labels = torch.where(dense.mask, 0, -1)
+    zg, gmask = masked_cluster_mean(zl, labels, 2)
+    logits = ae.edge_logits(zl, zg, labels.clamp(min=0), gmask)
+    assert torch.allclose(logits, logits.transpose(1, 2), atol=1e-5)
+    rec = ae.decode(zl, zg, dense.mask, gmask, labels.clamp(min=0))
+    assert torch.equal(rec, dense.adj)
+    assert GraphAE(AEConfig(d=d, hidden=16, bilinear=False)).bilinear is None
+
+
+def test_autoencoder_learns_held_out_community_graphs():
+    """A short AE fit (small-scale architecture and lr, 250 steps) reaches 94 % held-out edge accuracy."""
+    from iclr26.core.train import TrainConfig
+    from iclr26.graph_ldm.autoencoder import edge_accuracy
+    from iclr26.graph_ldm.config import config_for
+    from iclr26.graph_ldm.pipeline import fit_autoencoder, prepare_graphs
+
+    cfg = config_for("small")
+    train, held = community_small(200, 0), community_small(32, 1)
+    pt, ph = prepare_graphs(train, cfg.ae, 20), prepare_graphs(held, cfg.ae, 20)
+    tc = TrainConfig(**{**cfg.ae_train.__dict__, "steps": 250})
+    ae, _ = fit_autoencoder(pt, cfg.ae, tc, 32, seed=0)
+    acc = edge_accuracy(ae, ph.graphs.adj, ph.graphs.mask, ph.labels)
+    assert acc["edge_acc"] >= 0.94, acc  # measured 0.952; without the bilinear term 0.920, at lr 1e-3 0.902
+
+
 def test_community_generator():
     graphs = community_small(30, 0)
     intra, inter = [], []

@@ -5,9 +5,10 @@ Training adds fixed noise, Z_l = Z + σ0 ε. GlobalExtraction: Z_g^j = mean{Z^i 
 Decoder D_ψ(Z_l, Z_g): node i is assigned to y_i = argmax_j cos(Z_l^i, Z_g^j) (the true S_g during AE
 training), h_i = MLP([Z_l^i, Z_g^{y_i}, mean_j Z_g^j]) and the edge logit
 
-    e_ij = MLP([h_i ⊙ h_j, |h_i - h_j|, 1[y_i = y_j]])
+    e_ij = MLP([h_i ⊙ h_j, |h_i - h_j|, 1[y_i = y_j]])  (+ Σ_k w_k Z_l^{ik} Z_l^{jk} when ``bilinear``)
 
-is symmetric in (i, j) by construction; the diagonal is excluded. Loss: BCE with
+is symmetric in (i, j) by construction; the diagonal is excluded. The bilinear term gives the decoder
+a direct path for A_ij = Σ_k λ_k u_ik u_jk from the adjacency eigen-coordinate inputs. Loss: BCE with
 pos_weight = #non-edges / #edges (per batch) + CE(softmax(cos(Z_l^i, Z_g^j) / τ), S_g[i]) + ℓ2 on Z.
 """
 
@@ -66,6 +67,7 @@ class GraphAE(nn.Module):
         h = cfg.hidden
         self.node_mlp = nn.Sequential(nn.Linear(3 * cfg.d, h), nn.SiLU(), nn.Linear(h, h), nn.SiLU(), nn.Linear(h, h))
         self.edge_mlp = nn.Sequential(nn.Linear(2 * h + 1, h), nn.SiLU(), nn.Linear(h, h), nn.SiLU(), nn.Linear(h, 1))
+        self.bilinear = nn.Parameter(torch.zeros(cfg.d)) if cfg.bilinear else None  # w_k of Σ_k w_k Z_l^ik Z_l^jk
 
     def encode(self, adj: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Z = E_φ(G) ∈ R^{B×N×d} (zero on padding)."""
@@ -87,7 +89,10 @@ class GraphAE(nn.Module):
         hi, hj = h.unsqueeze(2), h.unsqueeze(1)
         same = (y.unsqueeze(2) == y.unsqueeze(1)).float().unsqueeze(-1)
         pair = torch.cat([hi * hj, (hi - hj).abs(), same], -1)
-        return self.edge_mlp(pair).squeeze(-1)
+        logits = self.edge_mlp(pair).squeeze(-1)
+        if self.bilinear is not None:
+            logits = logits + (zl * self.bilinear) @ zl.transpose(1, 2)
+        return logits
 
     def decode(
         self, zl: torch.Tensor, zg: torch.Tensor, mask: torch.Tensor, gmask: torch.Tensor, y: torch.Tensor | None = None

@@ -28,6 +28,7 @@ class AEConfig:
     spectral_pe: adjacency eigen-coordinates u_k √|λ_k| as node inputs (half largest, half most negative λ).
     random_features: extra N(0, 1) node inputs (random node initialisation; 0 = off).
     pos_weight: weight edge terms of the BCE by #non-edges / #edges (per batch); False = plain BCE.
+    bilinear: add a learned diagonal bilinear term Σ_k w_k Z_l^{ik} Z_l^{jk} to the edge logit e_ij.
     sigma0 (σ0): fixed Gaussian noise on Z during AE training, Z_l = Z + σ0 ε (GeoLDM-style).
     z_l2: ℓ2 penalty on Z (fixes the latent scale).
     assign_tau: temperature of the assignment cross-entropy CE(softmax(cos(Z_l^i, Z_g^j) / τ), S_g[i]).
@@ -44,6 +45,7 @@ class AEConfig:
     spectral_pe: int = 16
     random_features: int = 0
     pos_weight: bool = True
+    bilinear: bool = True
     sigma0: float = 0.1
     z_l2: float = 1e-3
     assign_tau: float = 0.1
@@ -139,7 +141,7 @@ class RunConfig:
     dataset: Literal["community", "sbm"] = "community"
     ae: AEConfig = AEConfig()
     ae_train: TrainConfig = TrainConfig(
-        steps=1000, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), warmup_steps=20, grad_clip=1.0, progress=False
+        steps=1000, lr=3e-3, weight_decay=0.0, betas=(0.9, 0.999), warmup_steps=20, grad_clip=1.0, progress=False
     )
     method: MethodConfig = MethodConfig()
     diff_train: TrainConfig = TrainConfig(
