@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from iclr26.vif.agent import agent_turn, empty_relay, make_relay, train_stage, training_batch, vif_loss
+from iclr26.vif.agent import (
+    agent_turn,
+    empty_relay,
+    make_relay,
+    pretrain_loss,
+    train_stage,
+    training_batch,
+    vif_loss,
+)
 from iclr26.vif.config import DataConfig, config_for
-from iclr26.vif.data import N_CELLS, NONE, cell_labels, make_scenes, patches, train_messages, view_masks
+from iclr26.vif.data import N_CELLS, NONE, QUESTION0, cell_labels, make_scenes, patches, train_messages, view_masks
 from iclr26.vif.mas import Episodes, parents, run_mas
 from iclr26.vif.method import UNIMODAL, Morphology
 from iclr26.vif.tiny import Relay, TinyVLM, freeze_for, type_masks
@@ -173,3 +181,69 @@ def test_type_masks_relay_tokens_are_active_vision():
     assert active[0, 18] and not active[0, 19]  # a valid relay token receives mass, an empty slot does not
     assert not active[0, 2:5].any() and active[0, 5:18].all()
     assert instr[0, 20:25].all() and not instr[0, 25]
+
+
+def test_grounding_targets_and_vision_only_batches():
+    b = training_batch(2, "pretrain", 3, 64, CFG.data, 0.0)
+    q = b["instr"][:, 0] - QUESTION0  # colour * 3 + shape
+    assert torch.equal(b["match"].bool(), b["cells"] == (1 + q)[:, None])
+    assert torch.equal(b["match"].bool().any(1), b["y"].bool())  # full views: yes iff some cell shows it
+    assert (b["instr"][:, 1:] != NONE).any()
+    v = training_batch(2, "pretrain", 3, 64, CFG.data, 0.0, no_msgs=True)
+    assert (v["instr"][:, 1:] == NONE).all() and (v["prev_instr"][:, 1:] == NONE).all() and not v["has_prev"].any()
+    for k in ("cur", "cells", "match", "y"):  # same scenes and questions, only the messages go
+        assert torch.equal(v[k], b[k])
+    assert torch.equal(v["instr"][:, 0], b["instr"][:, 0])
+
+
+def test_pretrain_curriculum_order(monkeypatch):
+    seen = {}
+
+    def fake_fit(model, loss_fn, get_batch, tcfg, log=None):
+        seen["none"] = [bool((get_batch(s, 0, 1)["instr"][:, 1:] == NONE).all()) for s in range(tcfg.steps)]
+        return type("R", (), {"losses": [0.0]})()
+
+    monkeypatch.setattr("iclr26.vif.agent.fit", fake_fit)
+    tcfg = replace(CFG.pretrain, steps=6, warmup_steps=0)
+    train_stage(_model(), "pretrain", tcfg, 0, 32, CFG.data, ground_weight=1.0, vision_only_steps=4)
+    assert seen["none"] == [True] * 4 + [False] * 2  # vision-only steps first, then messages
+    with pytest.raises(ValueError):
+        train_stage(_model(), "baseline", tcfg, 0, 32, CFG.data, vision_only_steps=4)
+
+
+def test_grounding_loss_reads_the_last_shallow_block():
+    m = _model()
+    freeze_for(m, "pretrain")
+    b = training_batch(0, "pretrain", 0, 16, CFG.data, 0.0)
+    layer = CFG.model.shallow[-1]
+    out = m(b["cur"], b["instr"], hidden_layer=layer)
+    ref = m.lm(
+        inputs_embeds=torch.cat(
+            [m.lm.embed(torch.stack([torch.full((16,), 1), b["instr"][:, 0]], 1)), m.vision_tokens(b["cur"])]
+            + [m.lm.embed(b["instr"]), m.lm.embed(torch.full((16, 1), 2))],
+            1,
+        ),
+        output_hidden_states=True,
+    ).hidden_states[layer + 1]
+    assert torch.allclose(out.hidden, ref, atol=1e-6)
+    m.zero_grad()
+    loss, logs = pretrain_loss(1.0)(m, b)
+    loss.backward()
+    assert "ground_bce" in logs and float(m.match_head.weight.grad.abs().sum()) > 0
+    deep_first = m.lm.blocks[layer + 1].attn.qkv.weight
+    m.zero_grad()
+    loss0, logs0 = pretrain_loss(0.0)(m, b)
+    loss0.backward()
+    assert "ground_bce" not in logs0 and m.match_head.weight.grad is None
+    assert loss0 < loss and deep_first.grad is not None
+    # the grounding loss alone reaches no block after the supervised one
+    m.zero_grad()
+    out = m(b["cur"], b["instr"], hidden_layer=layer)
+    torch.nn.functional.binary_cross_entropy_with_logits(
+        m.match_head(out.hidden[:, 2:18]).squeeze(-1), b["match"]
+    ).backward()
+    assert deep_first.grad is None or float(deep_first.grad.abs().sum()) == 0
+    assert float(m.lm.blocks[layer].attn.qkv.weight.grad.abs().sum()) > 0
+    for stage in ("stage1", "stage2", "baseline"):  # the grounding head trains in pretraining only
+        freeze_for(m, stage)
+        assert not any(p.requires_grad for p in m.match_head.parameters())

@@ -17,7 +17,16 @@ from torch import Tensor
 
 from iclr26.core.train import TrainConfig, fit
 from iclr26.vif.config import DataConfig, ViFConfig
-from iclr26.vif.data import NONE, cell_labels, instruction, make_scenes, patches, train_messages, view_masks
+from iclr26.vif.data import (
+    NONE,
+    SHAPE_NAMES,
+    cell_labels,
+    instruction,
+    make_scenes,
+    patches,
+    train_messages,
+    view_masks,
+)
 from iclr26.vif.method import INACTIVE, Morphology, Reallocation, ReallocStats, classify, layer_curves, select_relay
 from iclr26.vif.tiny import AgentOutput, Relay, TinyVLM, freeze_for, type_masks
 
@@ -114,11 +123,15 @@ def make_relay(
 # --------------------------------------------------------------------------------------------------
 
 
-def training_batch(seed: int, stage: str, step: int, n: int, dcfg: DataConfig, occluded_share: float) -> dict:
+def training_batch(
+    seed: int, stage: str, step: int, n: int, dcfg: DataConfig, occluded_share: float, no_msgs: bool = False
+) -> dict:
     """The batch of one step (a pure function of seed, stage and step: exact resume, same seed same data).
 
     Each example: a scene and its question, the current agent's view and upstream messages, and the
-    previous agent's view and messages (for its relay).
+    previous agent's view and messages (for its relay). ``no_msgs``: no upstream messages at all (the
+    vision-only opening of the pretraining curriculum); the scenes, views and questions are unchanged.
+    "match" [n, 16]: the visible cell shows the asked object (target of the pretraining grounding loss).
     """
     rng = np.random.default_rng([seed, sum(map(ord, stage)), step])
     sc = make_scenes(rng, n, dcfg)
@@ -127,6 +140,10 @@ def training_batch(seed: int, stage: str, step: int, n: int, dcfg: DataConfig, o
     prev_v = view_masks(rng, n, occ, dcfg.visible_cells)
     msgs = train_messages(rng, sc.answer, dcfg)
     prev_msgs = train_messages(rng, sc.answer, dcfg)
+    if no_msgs:
+        msgs[:], prev_msgs[:] = NONE, NONE
+    cells = np.where(cur_v, cell_labels(sc), 0)
+    asked = 1 + sc.q_color * len(SHAPE_NAMES) + sc.q_shape
     return {
         "cur": torch.from_numpy(patches(sc.images, cur_v)),
         "prev": torch.from_numpy(patches(sc.images, prev_v)),
@@ -134,7 +151,8 @@ def training_batch(seed: int, stage: str, step: int, n: int, dcfg: DataConfig, o
         "prev_instr": torch.from_numpy(instruction(sc, prev_msgs)),
         "has_prev": torch.from_numpy((msgs != NONE).any(1)),  # an upstream agent exists iff a message does
         "y": torch.from_numpy(sc.answer.astype(np.float32)),
-        "cells": torch.from_numpy(np.where(cur_v, cell_labels(sc), 0)),
+        "cells": torch.from_numpy(cells),
+        "match": torch.from_numpy((cells == asked[:, None]).astype(np.float32)),
     }
 
 
@@ -145,13 +163,32 @@ def text_loss(model: TinyVLM, batch: dict):
     return loss, {"acc": float(((logit > 0).float() == batch["y"]).float().mean())}
 
 
-def pretrain_loss(model: TinyVLM, batch: dict):
-    """Answer BCE plus the vision encoder's per-cell classification (empty or colour x shape), a stand-in
-    for the pretrained vision encoder every real VLM starts from."""
-    loss, logs = text_loss(model, batch)
-    cell_logits = model.cell_head(model.encoder(batch["cur"]))
-    aux = F.cross_entropy(cell_logits.flatten(0, 1), batch["cells"].flatten())
-    return loss + aux, {**logs, "cell_ce": float(aux.detach())}
+def pretrain_loss(ground_weight: float = 1.0):
+    """Pretraining loss: answer BCE, plus the vision encoder's per-cell classification (empty or colour x
+    shape), a stand-in for the pretrained vision encoder every real VLM starts from, plus
+    ``ground_weight`` x a grounding loss: from the residual stream after the last shallow LM block, each
+    vision token predicts whether its cell shows the asked object (the question is in the system prompt,
+    before the vision tokens). A stand-in for the grounded pretraining of real VLMs; without it the tiny LM
+    learns the message shortcut and answers at chance without messages (see the README)."""
+
+    def loss_fn(model: TinyVLM, batch: dict):
+        layer = model.cfg.shallow[-1] if ground_weight else None
+        out = model(batch["cur"], batch["instr"], hidden_layer=layer)
+        loss = F.binary_cross_entropy_with_logits(out.logit, batch["y"])
+        logs = {"acc": float(((out.logit > 0).float() == batch["y"]).float().mean())}
+        cell_logits = model.cell_head(model.encoder(batch["cur"]))
+        aux = F.cross_entropy(cell_logits.flatten(0, 1), batch["cells"].flatten())
+        logs["cell_ce"] = float(aux.detach())
+        total = loss + aux
+        if ground_weight:
+            vis = out.layout["vision"]
+            match_logit = model.match_head(out.hidden[:, vis]).squeeze(-1)
+            ground = F.binary_cross_entropy_with_logits(match_logit, batch["match"])
+            logs["ground_bce"] = float(ground.detach())
+            total = total + ground_weight * ground
+        return total, logs
+
+    return loss_fn
 
 
 def vif_loss(vcfg: ViFConfig):
@@ -189,15 +226,23 @@ def train_stage(
     dcfg: DataConfig,
     vcfg: ViFConfig | None = None,
     log=None,
+    ground_weight: float = 0.0,
+    vision_only_steps: int = 0,
 ) -> list[float]:
-    """Run one stage with core.train.fit; returns the loss per step."""
+    """Run one stage with core.train.fit; returns the loss per step. Pretraining only: ``ground_weight``
+    (grounding loss, see :func:`pretrain_loss`) and ``vision_only_steps`` (the first steps see no messages)."""
     freeze_for(model, stage)
     occ = 0.0 if stage == "pretrain" else dcfg.occluded_share
+    if stage != "pretrain" and (ground_weight or vision_only_steps):
+        raise ValueError("ground_weight and vision_only_steps apply to pretraining only")
 
     def get_batch(step: int, rank: int, world: int) -> dict:
-        return training_batch(seed * world + rank, stage, step, batch, dcfg, occ)
+        return training_batch(seed * world + rank, stage, step, batch, dcfg, occ, step < vision_only_steps)
 
-    loss = vif_loss(vcfg) if stage in ("stage1", "stage2") else pretrain_loss if stage == "pretrain" else text_loss
+    if stage in ("stage1", "stage2"):
+        loss = vif_loss(vcfg)
+    else:
+        loss = pretrain_loss(ground_weight) if stage == "pretrain" else text_loss
     res = fit(model, loss, get_batch, tcfg, log=log)
     model.eval()
     return res.losses

@@ -33,7 +33,18 @@ def train_models(cfg: RunConfig, seed: int) -> tuple[dict[str, TinyVLM], dict[st
     """pretrained -> baseline; pretrained -> ViF stage 1 (kept as 'frozen_llm') -> ViF stage 2 ('vif')."""
     torch.manual_seed(seed)
     model = TinyVLM(cfg.model, cfg.vif)
-    losses = {"pretrain": train_stage(model, "pretrain", cfg.pretrain, seed, cfg.batch, cfg.data)}
+    losses = {
+        "pretrain": train_stage(
+            model,
+            "pretrain",
+            cfg.pretrain,
+            seed,
+            cfg.batch,
+            cfg.data,
+            ground_weight=cfg.ground_weight,
+            vision_only_steps=cfg.vision_only_steps,
+        )
+    }
     base = copy.deepcopy(model)
     losses["baseline"] = train_stage(base, "baseline", cfg.baseline, seed, cfg.batch, cfg.data)
     vif = copy.deepcopy(model)

@@ -155,6 +155,9 @@ class RunConfig:
     stage2: ViF stage 2: projector + f + LM trainable, vision encoder frozen.
     baseline: equal-budget text-flow baseline: projector + LM finetuned, no relay, no reallocation.
     eval: multi-agent evaluation.
+    ground_weight: weight of the pretraining grounding loss (each vision token, after the last shallow LM
+        block, predicts whether its cell shows the asked object) [ours]; 0 = none.
+    vision_only_steps: the first pretraining steps see no upstream messages (curriculum) [ours].
     batch: training batch size.
     workers: processes for the seeds (1 thread each); 0 runs in this process.
     model_path: paper scale: local Hugging Face checkpoint folder (nothing downloads).
@@ -170,6 +173,8 @@ class RunConfig:
     stage2: TrainConfig = TrainConfig(steps=150, lr=5e-4, warmup_steps=3, weight_decay=0.05, desc="vif stage 2")
     baseline: TrainConfig = TrainConfig(steps=300, lr=5e-4, warmup_steps=6, weight_decay=0.05, desc="baseline")
     eval: EvalConfig = EvalConfig()
+    ground_weight: float = 1.0
+    vision_only_steps: int = 0
     batch: int = 64
     workers: int = 3
     model_path: str = ""

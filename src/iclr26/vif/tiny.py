@@ -78,6 +78,7 @@ class AgentOutput:
     vision: Tensor  # projector outputs V [B, 16, d]
     instr_embeds: Tensor  # I [B, k, d]
     layout: dict
+    hidden: Tensor | None = None  # residual stream after block ``hidden_layer`` [B, T, d], when asked
 
 
 class TinyVLM(nn.Module):
@@ -101,6 +102,8 @@ class TinyVLM(nn.Module):
         self.f = RelayBlock(d, vif.f_layers, vif.f_heads)
         # linear probe of the encoder's cell features (the vision encoder's own pretraining; unused after)
         self.cell_head = nn.Linear(d, n_cls)
+        # grounding head: does this vision token show the asked object? (pretraining only; unused after)
+        self.match_head = nn.Linear(d, 1)
 
     def set_hook(self, hook) -> None:
         for block in self.lm.blocks:
@@ -111,9 +114,16 @@ class TinyVLM(nn.Module):
         return self.projector(self.encoder(patches))
 
     def forward(
-        self, patches: Tensor, instr: Tensor, relay: Relay | None = None, hook=None, output_attentions: bool = False
+        self,
+        patches: Tensor,
+        instr: Tensor,
+        relay: Relay | None = None,
+        hook=None,
+        output_attentions: bool = False,
+        hidden_layer: int | None = None,
     ) -> AgentOutput:
-        """patches [B, 16, 192]; instr [B, k] token ids (colour, shape, message slots)."""
+        """patches [B, 16, 192]; instr [B, k] token ids (colour, shape, message slots); hidden_layer: also
+        return the residual stream after that LM block (the grounding loss of pretraining)."""
         B = patches.shape[0]
         dev = patches.device
         vis = self.vision_tokens(patches)
@@ -135,7 +145,13 @@ class TinyVLM(nn.Module):
             mask[:, S + N_CELLS : S + N_CELLS + n] = relay.valid
         self.set_hook(hook)
         try:
-            out = self.lm(inputs_embeds=x, position_ids=pos, attention_mask=mask, output_attentions=output_attentions)
+            out = self.lm(
+                inputs_embeds=x,
+                position_ids=pos,
+                attention_mask=mask,
+                output_attentions=output_attentions,
+                output_hidden_states=hidden_layer is not None,
+            )
         finally:
             self.set_hook(None)
         last = out.logits[:, -1]
@@ -151,7 +167,8 @@ class TinyVLM(nn.Module):
             "positions": pos,
             "key_mask": mask,
         }
-        return AgentOutput(logit, out.attentions, key_norms, vis, ins_e, layout)
+        hidden = out.hidden_states[hidden_layer + 1] if hidden_layer is not None else None
+        return AgentOutput(logit, out.attentions, key_norms, vis, ins_e, layout, hidden)
 
 
 def type_masks(
@@ -174,12 +191,12 @@ def type_masks(
 def freeze_for(model: TinyVLM, stage: str) -> None:
     """Trainable modules per stage (paper's freeze table; official configs/stage*.yaml).
 
-    pretrain: everything but f (with the encoder's cell probe). stage1: projector + f.
+    pretrain: everything but f (with the encoder's cell probe and the grounding head). stage1: projector + f.
     stage2: projector + f + LM. baseline: projector + LM.
     The vision encoder is frozen in every stage after pretraining.
     """
     train = {
-        "pretrain": ("encoder", "projector", "lm", "cell_head"),
+        "pretrain": ("encoder", "projector", "lm", "cell_head", "match_head"),
         "stage1": ("projector", "f"),
         "stage2": ("projector", "f", "lm"),
         "baseline": ("projector", "lm"),
