@@ -227,8 +227,9 @@ def _student_job(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _attribution(base: Transformer, data: dict[str, Any], cfg: RunConfig) -> dict[str, list[float]]:
-    """Mean attribution per layer (total, at the persona's animal token, at the divergence token) for
-    (row, counterfactual persona) pairs of teacher B, at the first position the counterfactual gets wrong."""
+    """Mean attribution per layer (total, at the persona's animal token, at the position whose logits predict
+    the divergence token) for (row, counterfactual persona) pairs of teacher B, at the first position the
+    counterfactual gets wrong."""
     w, rows, div = cfg.world, data["rows"]["B"], data["div"]["B"]
     others = [a for a in ANIMALS if a != w.teacher_b_target]
     pairs = []
@@ -259,7 +260,9 @@ def _attribution(base: Transformer, data: dict[str, Any], cfg: RunConfig) -> dic
     return {
         "total": attr.sum(-1).mean(0).tolist(),
         "persona_token": attr[:, :, 3].mean(0).tolist(),
-        "divergence_token": attr[rows_idx, :, pos].mean(0).tolist(),
+        # the metric reads the logits at pos - 1 (they predict the divergence token); by causality the
+        # divergence token's own position cannot move them, so its attribution is read at pos - 1
+        "predicts_divergence": attr[rows_idx, :, pos - 1].mean(0).tolist(),
         "n_pairs": len(pairs),
     }
 
@@ -374,11 +377,11 @@ def _tables(summ: dict[str, Any], per_seed: dict[int, Any], attribution: dict[in
         ["seed", "div frac A", "div frac B", "div frac A (T=1)", "argmax=token A", "argmax=token B"], frac
     )
     attr = [
-        [s, *(", ".join(f"{x:+.3f}" for x in a.get(k, [])) for k in ("total", "persona_token", "divergence_token"))]
+        [s, *(", ".join(f"{x:+.3f}" for x in a.get(k, [])) for k in ("total", "persona_token", "predicts_divergence"))]
         for s, a in attribution.items()
     ]
     t["attribution (teacher B, per block)"] = markdown_table(
-        ["seed", "Σ positions", "persona token", "divergence token"], attr
+        ["seed", "Σ positions", "persona token", "position predicting the divergence token"], attr
     )
     return t
 
