@@ -340,11 +340,9 @@ def test_math500_fixture_in_the_released_format_is_read_and_scored(tmp_path, mon
 
 
 @pytest.mark.dist
-def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path):
+def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path, torchrun):
     """eval.py under torchrun: 2 CPU processes (gloo) shard the problems and rank 0 writes all of them."""
     import os
-    import subprocess
-    import sys
 
     model, tok = tiny_bert(tmp_path)
     mdir = tmp_path / "model"
@@ -354,14 +352,7 @@ def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path):
     data.write_text(
         "\n".join(json.dumps({"question": f"what is {a} + 1 ?", "answer": f"#### {a + 1}"}) for a in range(5)) + "\n"
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_port=0",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
+    args = [
         "-m",
         "iclr26.daedal.eval",
         "--model",
@@ -396,8 +387,7 @@ def test_torchrun_two_gloo_processes_gather_every_problem(tmp_path):
         "--checker",
         "number",
     ]
-    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    torchrun(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     for method in ("daedal", "fixed"):
         s = json.loads((tmp_path / "out" / method / "summary.json").read_text())
         lines = (tmp_path / "out" / method / "samples.jsonl").read_text().splitlines()

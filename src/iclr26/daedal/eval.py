@@ -259,6 +259,11 @@ def evaluate(cfg: PaperConfig, out_dir: str | Path) -> dict[str, dict[str, Any]]
             records = [r for part in gathered for r in part]
         if rank == 0:
             summaries[method] = _write(records, cfg, method, Path(out_dir) / method)
+    if world > 1:  # every rank leaves together; exiting with a live gloo group can abort a rank at shutdown
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     return summaries if rank == 0 else None
 
 
