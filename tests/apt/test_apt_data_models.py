@@ -132,3 +132,34 @@ def test_name_table_recomputes_from_local_minilm():
 def test_generate_rejects_bad_config():
     with pytest.raises(ValueError, match="min_objects"):
         generate(replace(CFG, min_objects=1), 0)
+
+
+def test_cue_strength_scales_only_the_synonym_cues():
+    """cue c multiplies the pose one-hot, stride and grip the detector sees, and shrinks pose aspects to square;
+    c = 1 is the first-round world (tall subjects 1.6-2.2x taller than wide, wide ones 0.4-0.6x)."""
+    from iclr26.apt.shapes_sg import _box, _obj_input, _pair_input
+
+    sc = {
+        "cls": ["person", "road"],
+        "pose": [TALL, WIDE],
+        "stride": [1, 0],
+        "boxes": [np.array([0.5, 0.5, 0.1, 0.2]), np.array([0.5, 0.7, 0.3, 0.1])],
+        "depth": [0.2, 0.5],
+        "cues": {(0, 1): (1.0, 1.0), (1, 0): (1.0, 0.0)},
+    }
+    full, weak = _obj_input(sc, 1.0), _obj_input(sc, 0.1)
+    n = len(OBJECTS)
+    assert np.allclose(weak[:, :n], full[:, :n]) and np.allclose(weak[:, -2:], full[:, -2:])  # class, size kept
+    assert np.allclose(weak[:, n : n + 4], 0.1 * full[:, n : n + 4])  # pose one-hot and stride scaled
+    (a_full, g_full), (a_weak, g_weak) = _pair_input(sc, 0, 1, 1.0), _pair_input(sc, 0, 1, 0.1)
+    assert np.allclose(g_full, g_weak)  # box geometry of the same boxes is unchanged
+    assert a_full[2 * n + 6] == 1 and a_weak[2 * n + 6] == pytest.approx(0.1)  # subject stride
+    assert a_full[2 * n + 14] == 1 and a_weak[2 * n + 14] == pytest.approx(0.1)  # grip
+    assert a_full[2 * n + 13] == a_weak[2 * n + 13] == 1  # contact is not a synonym cue
+    rng = np.random.default_rng(0)
+    tall = [_box(rng, "person", TALL, 1.0) for _ in range(50)]
+    assert min(b[3] / b[2] for b in tall) >= 1.6
+    weak_tall = [_box(rng, "person", TALL, 0.1) for _ in range(50)]
+    assert all(0.95 < b[3] / b[2] < 1.19 for b in weak_tall)  # a^0.1·a0^0.9, a in [1.6, 2.2], a0 in [0.9, 1.1]
+    with pytest.raises(ValueError, match="cue_strength"):
+        generate(replace(CFG, cue_strength=0.0), 0)

@@ -92,6 +92,9 @@ class DataConfig:
     zipf: exponent of the long-tailed predicate prior p(k) ∝ rank^-zipf.
     feat_dim: width of detector (ROI) and union features.
     feat_noise: std of the Gaussian noise added to the features.
+    cue_strength: how strongly the detector sees the synonym-separating cues (pose, stride, grip; the pose's
+        box aspect is shrunk towards square by the same factor). 1 = the first-round world, where every
+        tail predicate had a strong cue and B0 recalled all of them.
     world_seed: seed of the fixed random 'detector' MLPs (the same world for every run seed).
     """
 
@@ -105,6 +108,7 @@ class DataConfig:
     zipf: float = 1.0
     feat_dim: int = 64
     feat_noise: float = 0.3
+    cue_strength: float = 0.1
     world_seed: int = 0
 
 

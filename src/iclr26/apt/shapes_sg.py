@@ -149,9 +149,13 @@ class _World:
         return np.tanh(np.tanh(x @ w[0]) @ w[1]) * 2.0
 
 
-def _box(rng, cls: str, pose: int) -> np.ndarray:
+def _box(rng, cls: str, pose: int, cue: float = 1.0) -> np.ndarray:
+    """Box (cx, cy, w, h); with cue c < 1 the pose's aspect a is shrunk towards a near-square one:
+    log a' = c·log a + (1 - c)·log a_0, a_0 ~ U(0.9, 1.1)."""
     s = BASE_SIZE[cls] * rng.uniform(0.8, 1.2)
     aspect = {TALL: rng.uniform(1.6, 2.2), WIDE: rng.uniform(0.4, 0.6), SEATED: rng.uniform(0.9, 1.1)}[pose]
+    if cue < 1.0:
+        aspect = aspect**cue * rng.uniform(0.9, 1.1) ** (1.0 - cue)
     w, h = s / np.sqrt(aspect), s * np.sqrt(aspect)
     return np.array([rng.uniform(0.2, 0.8), rng.uniform(0.2, 0.8), w, h])
 
@@ -197,14 +201,14 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (a[2] * a[3] + b[2] * b[3] - inter + 1e-9)
 
 
-def _scene(rng, prior: np.ndarray, min_obj: int, max_obj: int, min_rel: int, max_rel: int) -> dict:
+def _scene(rng, prior: np.ndarray, min_obj: int, max_obj: int, min_rel: int, max_rel: int, cue: float = 1.0) -> dict:
     """One image: object classes/poses/strides/boxes/depths and its annotated (s, o, predicate id) triplets."""
     n = int(rng.integers(min_obj, max_obj + 1))
     n_rel = min(n // 2, int(rng.integers(min_rel, max_rel + 1)))
     cls = [str(rng.choice(OBJECTS)) for _ in range(n)]
     pose = [int(rng.choice([TALL, WIDE, SEATED] if c in PEOPLE else [TALL, WIDE])) for c in cls]
     stride = [0] * n
-    boxes = [_box(rng, c, p) for c, p in zip(cls, pose, strict=True)]
+    boxes = [_box(rng, c, p, cue) for c, p in zip(cls, pose, strict=True)]
     depth = list(rng.uniform(0, 1, n))
     cues: dict[tuple[int, int], tuple[float, float]] = {}
     rels = []
@@ -217,7 +221,7 @@ def _scene(rng, prior: np.ndarray, min_obj: int, max_obj: int, min_rel: int, max
             cls[o] = str(rng.choice([c for c in obj if c != cls[s]]))
         pose[s], stride[s] = SUBJECT_POSE.get(pred, (pose[s] if cls[s] in PEOPLE else min(pose[s], WIDE), 0))
         pose[o] = pose[o] if cls[o] in PEOPLE else min(pose[o], WIDE)
-        boxes[s], boxes[o] = _box(rng, cls[s], pose[s]), _box(rng, cls[o], pose[o])
+        boxes[s], boxes[o] = _box(rng, cls[s], pose[s], cue), _box(rng, cls[o], pose[o], cue)
         boxes[o], contact, grip, ddepth = _place(rng, pred, boxes[s], boxes[o])
         depth[o] = depth[s] - ddepth
         cues[(s, o)] = (contact, grip)
@@ -236,15 +240,17 @@ def _scene(rng, prior: np.ndarray, min_obj: int, max_obj: int, min_rel: int, max
     }
 
 
-def _obj_input(sc: dict) -> np.ndarray:
+def _obj_input(sc: dict, cue: float = 1.0) -> np.ndarray:
+    """Detector input per object: class one-hot, pose one-hot and stride (both scaled by ``cue``), box size."""
     rows = []
     for c, p, st, b in zip(sc["cls"], sc["pose"], sc["stride"], sc["boxes"], strict=True):
-        rows.append(np.concatenate([np.eye(N_OBJ)[O[c]], np.eye(3)[p], [st, 5 * b[2], 5 * b[3]]]))
+        rows.append(np.concatenate([np.eye(N_OBJ)[O[c]], cue * np.eye(3)[p], [cue * st, 5 * b[2], 5 * b[3]]]))
     return np.asarray(rows)
 
 
-def _pair_input(sc: dict, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-    """(union-attribute vector, 9-d box geometry) for the ordered pair (i, j)."""
+def _pair_input(sc: dict, i: int, j: int, cue: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(union-attribute vector, 9-d box geometry) for the ordered pair (i, j); poses, strides and grip are
+    scaled by ``cue`` (the synonym-separating cues)."""
     bs, bo = sc["boxes"][i], sc["boxes"][j]
     contact, grip = sc["cues"].get((i, j), (0.0, 0.0))
     dx, dy = (bo[0] - bs[0]) / bs[2], (bo[1] - bs[1]) / bs[3]
@@ -254,18 +260,18 @@ def _pair_input(sc: dict, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
         [
             np.eye(N_OBJ)[O[sc["cls"][i]]],
             np.eye(N_OBJ)[O[sc["cls"][j]]],
-            np.eye(3)[sc["pose"][i]],
-            np.eye(3)[sc["pose"][j]],
+            cue * np.eye(3)[sc["pose"][i]],
+            cue * np.eye(3)[sc["pose"][j]],
             [
-                sc["stride"][i],
-                sc["stride"][j],
+                cue * sc["stride"][i],
+                cue * sc["stride"][j],
                 np.tanh(dx),
                 np.tanh(dy),
                 lw,
                 lh,
                 iou,
                 contact,
-                grip,
+                cue * grip,
                 np.sign(sc["depth"][i] - sc["depth"][j]),
             ],
         ]
@@ -279,17 +285,19 @@ def _split(rng, world: _World, n_images: int, prior: np.ndarray, cfg) -> Split:
     }
     starts = [0]
     for img in range(n_images):
-        sc = _scene(rng, prior, cfg.min_objects, cfg.max_objects, cfg.min_relations, cfg.max_relations)
+        sc = _scene(
+            rng, prior, cfg.min_objects, cfg.max_objects, cfg.min_relations, cfg.max_relations, cfg.cue_strength
+        )
         base, n = starts[-1], len(sc["cls"])
         cols["cls"] += [O[c] for c in sc["cls"]]
         cols["pose"] += sc["pose"]
         cols["stride"] += sc["stride"]
-        cols["obj_in"].append(_obj_input(sc))
+        cols["obj_in"].append(_obj_input(sc, cfg.cue_strength))
         labels = {(s, o): p for s, o, p in sc["rels"]}
         for i in range(n):
             for j in range(n):
                 if i != j:
-                    attrs, geo = _pair_input(sc, i, j)
+                    attrs, geo = _pair_input(sc, i, j, cfg.cue_strength)
                     cols["s"].append(base + i)
                     cols["o"].append(base + j)
                     cols["label"].append(labels.get((i, j), 0))
@@ -330,6 +338,8 @@ def generate(cfg, seed: int) -> ShapesSG:
     """Train / val / test splits for ``cfg`` (a :class:`iclr26.apt.config.DataConfig`); same seed, same data."""
     if cfg.min_objects < 2 or cfg.max_objects < cfg.min_objects or cfg.min_relations < 1:
         raise ValueError("need 2 <= min_objects <= max_objects and min_relations >= 1")
+    if not 0.0 < cfg.cue_strength <= 1.0:
+        raise ValueError(f"cue_strength must be in (0, 1], got {cfg.cue_strength}")
     obj_in = N_OBJ + 3 + 3
     pair_in = 2 * N_OBJ + 6 + 10
     world = _World(cfg.world_seed, cfg.feat_dim, obj_in, pair_in)
