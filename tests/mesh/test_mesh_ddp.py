@@ -68,7 +68,7 @@ def test_seq_len_above_the_checkpoint_positions_stops_before_training(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow  # ~40 s (two torchrun processes); run with -m slow
-def test_tiny_pythia_end_to_end_two_processes_match_one(tmp_path):
+def test_tiny_pythia_end_to_end_two_processes_match_one(tmp_path, torchrun):
     from iclr26.mesh.evaluate import MeshLM
     from iclr26.mesh.pythia import load_pythia
     from iclr26.mesh.train import load_trained
@@ -83,23 +83,7 @@ def test_tiny_pythia_end_to_end_two_processes_match_one(tmp_path):
         text=True,
     )
     assert one.returncode == 0, one.stderr[-3000:]
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_port=0",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
-    ]
-    two = subprocess.run(
-        [*torchrun, *_args(tmp_path, ckpt, "--out", str(tmp_path / "two"))],
-        env=env,
-        timeout=300,
-        capture_output=True,
-        text=True,
-    )
-    assert two.returncode == 0, two.stderr[-3000:]
+    torchrun(_args(tmp_path, ckpt, "--out", str(tmp_path / "two")), env=env, timeout=300)
     a = json.loads((tmp_path / "one" / "result.json").read_text())
     b = json.loads((tmp_path / "two" / "result.json").read_text())
     assert a["config"]["scheme"] == "mesh" and a["config"]["layout"] == "1+1R2+1"

@@ -227,33 +227,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)
     # gloo for --device cpu even on a GPU machine (a CPU tensor under NCCL fails); cuda:LOCAL_RANK per rank
-    rank, _ = setup_distributed(a.device)
-    device = rank_device(a.device)
-    model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
-    check_seq_len(a.seq_len, model.cfg)
-    tc = PaperTrainConfig(
-        tokens=a.tokens,
-        val_tokens=a.val_tokens,
-        seq_len=a.seq_len,
-        batch=a.batch,
-        grad_accum=a.grad_accum,
-        steps=a.steps,
-        lr=a.lr,
-        eval_every=a.eval_every,
-        seed=a.seed,
-    )
-    out = train_model(model, tc, device, ckpt_dir=a.out, progress=rank == 0)
-    if rank == 0:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        res = {
-            "config": asdict(model.cfg),
-            "train": asdict(tc),
-            "val_loss": out["val_loss"],
-            "val_curve": out["val_curve"],
-        }
-        (Path(a.out) / "result.json").write_text(json.dumps(res, indent=2))
-        save_trained(model, a.out)
-        print(json.dumps({"val_loss": out["val_loss"]}))
+    rank, world = setup_distributed(a.device)
+    try:
+        device = rank_device(a.device)
+        model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
+        check_seq_len(a.seq_len, model.cfg)
+        tc = PaperTrainConfig(
+            tokens=a.tokens,
+            val_tokens=a.val_tokens,
+            seq_len=a.seq_len,
+            batch=a.batch,
+            grad_accum=a.grad_accum,
+            steps=a.steps,
+            lr=a.lr,
+            eval_every=a.eval_every,
+            seed=a.seed,
+        )
+        out = train_model(model, tc, device, ckpt_dir=a.out, progress=rank == 0)
+        if rank == 0:
+            Path(a.out).mkdir(parents=True, exist_ok=True)
+            res = {
+                "config": asdict(model.cfg),
+                "train": asdict(tc),
+                "val_loss": out["val_loss"],
+                "val_curve": out["val_curve"],
+            }
+            (Path(a.out) / "result.json").write_text(json.dumps(res, indent=2))
+            save_trained(model, a.out)
+            print(json.dumps({"val_loss": out["val_loss"]}))
+        if world > 1:  # every rank leaves together, after rank 0 has written the results
+            torch.distributed.barrier()
+    finally:  # also on an exception: exiting with a live gloo group can abort a rank at shutdown
+        if world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
