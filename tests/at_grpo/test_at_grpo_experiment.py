@@ -106,11 +106,9 @@ def test_hf_policy_honours_the_sampling_generator():
 
 
 @pytest.mark.dist
-def test_torchrun_two_gloo_processes_two_updates(tmp_path):
+def test_torchrun_two_gloo_processes_two_updates(tmp_path, torchrun):
     pytest.importorskip("transformers")
     import os
-    import subprocess
-    import sys
 
     from iclr26.core.hf import tiny_random_causal_lm
 
@@ -130,14 +128,7 @@ def test_torchrun_two_gloo_processes_two_updates(tmp_path):
         "schedule.n_test": "2",
         "method.lr": "1e-3",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_port=0",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
+    args = [
         "-m",
         "iclr26.at_grpo.paper_run",
         "--arm",
@@ -148,9 +139,7 @@ def test_torchrun_two_gloo_processes_two_updates(tmp_path):
         str(tmp_path / "out"),
         *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")],
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    torchrun(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     res = json.loads((tmp_path / "out" / "result.json").read_text())
     # 2 envs x K=2 x (tool + plan) = 8 samples per update over both ranks: budget 16 = two updates
     assert res["world"] == 2 and res["steps"] == 2

@@ -212,8 +212,19 @@ def run(ctx: RunContext) -> RunOutput:
         ctx.require_path("llm.model_path")
     # tiny policies: one thread is faster (no intra-op sync on batches of ~100 rows)
     with torch_threads(1 if ctx.scale != "paper" else None):
+        # a process group this call starts (torchrun) is torn down here, also on an exception
+        owns_group = ctx.scale == "paper" and not (
+            torch.distributed.is_available() and torch.distributed.is_initialized()
+        )
         rank, world, device = dist_setup(device) if ctx.scale == "paper" else (0, 1, device)
-        return _run(ctx, cfg, policy_factory(cfg, ctx.scale, device), rank, world)
+        try:
+            out = _run(ctx, cfg, policy_factory(cfg, ctx.scale, device), rank, world)
+            if world > 1 and owns_group:  # every rank leaves together
+                torch.distributed.barrier()
+            return out
+        finally:
+            if world > 1 and owns_group and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
 
 
 def _measured(summary: dict[str, dict], chain: dict[int, dict]) -> dict[str, Any]:

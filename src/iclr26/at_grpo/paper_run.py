@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from iclr26.at_grpo.config import config_for
+from iclr26.at_grpo.config import RunConfig, config_for
 from iclr26.at_grpo.experiment import dist_setup, policy_factory, train_arm
 from iclr26.core.config import config_to_dict, override
 
@@ -36,6 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.llm.model_path or not Path(cfg.llm.model_path).exists():
         raise SystemExit(f"--set llm.model_path=PATH: a local model folder is required (got {cfg.llm.model_path!r})")
     rank, world, device = dist_setup(args.device)
+    try:
+        _train_and_write(args, cfg, rank, world, device)
+        if world > 1:  # every rank leaves together, after rank 0 has written result.json
+            torch.distributed.barrier()
+    finally:  # also on an exception: exiting with a live gloo group can abort a rank at shutdown
+        if world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    return 0
+
+
+def _train_and_write(args: argparse.Namespace, cfg: RunConfig, rank: int, world: int, device: str) -> None:
+    """Train the arm on this rank; rank 0 writes result.json with every rank's weight checksums."""
     checks: dict[str, float] = {}
 
     def make(name: str):
@@ -64,10 +76,6 @@ def main(argv: list[str] | None = None) -> int:
             "config": config_to_dict(cfg),
         }
         (folder / "result.json").write_text(json.dumps(result, indent=2, default=str))
-    if world > 1:
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":
