@@ -2,8 +2,6 @@
 and the command under torchrun with 2 gloo processes."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +183,7 @@ def test_reconstruct_folder_counts_skipped(ckpts, tmp_path):
     assert np.isfinite(rec["psnr"])
 
 
-def test_paper_scale_under_torchrun_two_processes(tmp_path):
+def test_paper_scale_under_torchrun_two_processes(tmp_path, torchrun):
     from iclr26.d_ar.tokenizer import VQModel
 
     torch.manual_seed(0)
@@ -212,14 +210,7 @@ def test_paper_scale_under_torchrun_two_processes(tmp_path):
         "paper.out_dir": shards,
         "device": "cpu",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29517",
+    args = [
         "-m",
         "iclr26.cli",
         "run",
@@ -231,10 +222,8 @@ def test_paper_scale_under_torchrun_two_processes(tmp_path):
         str(tmp_path / "runs"),
     ]
     for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=Path(__file__).parents[2])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+        args += ["--set", f"{k}={v}"]
+    torchrun(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
     files = sorted(shards.glob("samples_*.npz"))
     assert [f.name for f in files] == [f"samples_{i:05d}.npz" for i in range(4)]
     assert sum(len(np.load(f)["arr_0"]) for f in files) == 10

@@ -288,11 +288,25 @@ def fid_from_shards(paths: list[Path], ref: str | Path, features_fn) -> dict:
 
 def run_paper(ctx, cfg):
     """Load the released models, write this rank's shards, and (rank 0, after all ranks) the FID."""
-    from iclr26.core.experiment import RunOutput
+    import torch.distributed as dist
+
     from iclr26.core.train import setup_distributed
 
-    p = cfg.paper
+    # a process group this call starts (torchrun) is torn down here, also on an exception
+    owns_group = not (dist.is_available() and dist.is_initialized())
     rank, world = setup_distributed()
+    try:
+        return _run_paper(ctx, cfg, rank, world)
+    finally:  # exiting with a live gloo group can abort a rank at shutdown
+        if world > 1 and owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run_paper(ctx, cfg, rank: int, world: int):
+    """run_paper's body on this rank (the process group, if any, is already set up)."""
+    from iclr26.core.experiment import RunOutput
+
+    p = cfg.paper
     device = str(ctx.device)
     if device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
@@ -327,7 +341,7 @@ def run_paper(ctx, cfg):
     if world > 1:
         import torch.distributed as dist
 
-        dist.barrier()
+        dist.barrier()  # every shard is written before rank 0 reads them all
     metrics: dict = {"rank": rank, "world": world, "shards_this_rank": len(paths), "sample_dir": str(out_dir)}
     if rank == 0 and p.imagenet_dir and p.n_recon > 0:
         rec = reconstruct_folder(tok, ctx.require_path("paper.imagenet_dir"), p.n_recon, p.per_rank_batch, device)
