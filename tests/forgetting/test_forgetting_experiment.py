@@ -3,8 +3,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -254,16 +252,9 @@ def test_bad_paper_inputs_give_one_line_errors(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_torchrun_two_processes_on_image_folder(tmp_path):
+def test_torchrun_two_processes_on_image_folder(tmp_path, torchrun):
     root = make_image_folder(tmp_path / "imgs")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_port=0",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
+    args = [
         "-m",
         "iclr26.forgetting.paper",
         "--out",
@@ -272,10 +263,8 @@ def test_torchrun_two_processes_on_image_folder(tmp_path):
         f"data.path={root}",
     ]
     for kv in PAPER_TINY.items():
-        cmd += ["--set", "=".join(kv)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
+        args += ["--set", "=".join(kv)]
+    torchrun(args, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     results = list((tmp_path / "runs" / "forgetting").glob("*/results.json"))
     assert len(results) == 1  # only rank 0 writes a run folder
     res = json.loads(results[0].read_text())
