@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from iclr26.apt.names import load_table
 from iclr26.apt.sgg_metrics import (
     ImageGraph,
     discrete_mi,
@@ -108,5 +109,7 @@ def test_pca_cka_silhouette():
     lab = np.repeat([0, 1], 20)
     sep = np.concatenate([rng.normal(0, 0.1, (20, 2)), rng.normal(5, 0.1, (20, 2))])
     assert silhouette(sep, lab) > 0.9
+    same = np.tile(load_table()[0][:1], (60, 1))  # frozen "person" rows: one point (sklearn alone gives noise)
+    assert silhouette(same, rng.integers(0, 4, 60)) == 0.0
     with pytest.raises(ValueError, match="two"):
         silhouette(sep, np.zeros(40))

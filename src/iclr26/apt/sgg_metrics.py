@@ -148,13 +148,19 @@ def discrete_mi(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def silhouette(x: np.ndarray, labels: np.ndarray) -> float:
-    """Silhouette (Euclidean) of ``x`` grouped by ``labels``; needs >= 2 labels with > 1 sample overall."""
+    """Silhouette (Euclidean) of ``x`` grouped by ``labels``; needs >= 2 labels with > 1 sample overall.
+
+    Points that all coincide (a frozen table gives one point per class) score 0: every a(i) = b(i) = 0. sklearn's
+    distances (‖x‖² + ‖y‖² − 2x·y) would turn that into float noise of either sign.
+    """
     from sklearn.metrics import silhouette_score
 
-    labels = np.asarray(labels)
+    labels, x = np.asarray(labels), np.asarray(x, dtype=float)
     if len(np.unique(labels)) < 2:
         raise ValueError("silhouette needs at least two distinct labels")
-    return float(silhouette_score(np.asarray(x, dtype=float), labels))
+    if np.abs(x - x.mean(0)).max() <= 1e-6 * max(1.0, float(np.abs(x).max())):
+        return 0.0
+    return float(silhouette_score(x, labels))
 
 
 def pca_dims(x: np.ndarray, frac: float) -> int:
