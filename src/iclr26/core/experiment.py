@@ -628,6 +628,7 @@ def distributed_main(slug: str, argv: Sequence[str] | None = None, scale: str = 
     cfg = resolve_config(exp, scale, options)
     device = options.get("device", "cpu")
     rank, _ = setup_distributed(device)
+    finished = False
     try:
         if rank == 0:
             rec = run_experiment(exp, scale, seeds, out_root=args.out, options=options, show_progress=True)
@@ -635,7 +636,10 @@ def distributed_main(slug: str, argv: Sequence[str] | None = None, scale: str = 
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 exp.run(RunContext(scale, seeds, Path(tmp), options, device, False, cfg=cfg))
+        finished = True
     finally:
         if dist.is_initialized():
+            if finished:  # all ranks leave together (a rank exiting early once aborted gloo at shutdown)
+                dist.barrier()
             dist.destroy_process_group()
     return 0
