@@ -21,6 +21,10 @@ Interventions (context manager :meth:`Transformer.intervene`), used by several p
 * :class:`ResidualAdd` adds ``alpha · v`` to the residual stream ``hidden_states[layer]`` (so
   ``layer=0`` edits the embeddings and ``layer=l+1`` the output of block ``l``), at all or chosen
   positions.
+
+Sampling (:func:`generate`): temperature / top-k / greedy decoding with EOS handling; ``kv_cache=True``
+keeps each block's keys and values (one prefill pass over the prompt, then one single-token decode pass
+per new token) and returns the same tokens as re-running the whole sequence every step (tested).
 """
 
 from __future__ import annotations
@@ -357,6 +361,57 @@ class Transformer(nn.Module):
         )
 
 
+def _sample_next(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> Tensor:
+    """One token per row from next-token logits [B, V]: argmax for temperature 0, else one
+    ``torch.multinomial`` draw of ``softmax(z / T)`` (restricted to the top k logits if given)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+
+
+def _cached_next_logits(model: Transformer, ids: Tensor, cache: list[tuple[Tensor, Tensor] | None]) -> Tensor:
+    """Next-token logits [B, V] after ``ids`` [B, t], given the keys/values of the earlier positions in
+    ``cache`` (one (K, V) pair [B, H, S, d_h] per block, S = positions seen so far; grown in place).
+
+    The same pre-LN blocks as :meth:`Transformer.forward`, run on the new positions only:
+
+    * prefill (empty cache): the whole prompt, positions 0..t-1, causal attention over itself;
+    * decode (t = 1): the one new token at position S; its query attends to all S cached keys and to its
+      own key (no mask needed: nothing lies in its future), ``softmax(q K^T / sqrt(d_h)) V``.
+
+    The new keys/values are appended to the cache, so every position's K and V are computed once."""
+    cfg = model.cfg
+    B, t = ids.shape
+    # S: positions already in the cache (0 at the prefill); the new tokens sit at S..S+t-1
+    start = 0 if cache[0] is None else cache[0][0].shape[2]
+    if start and t != 1:
+        raise ValueError("after the prefill the cache takes one token per step")
+    positions = torch.arange(start, start + t, device=ids.device)[None].expand(B, t)
+    h = model.embed(ids)
+    if model.pos_emb is not None:
+        h = h + model.pos_emb(positions)
+    rope = rope_cache(positions, cfg.d_model // cfg.n_heads, cfg.rope_base) if cfg.pos == "rope" else None
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        q, k, v = attn.qkv(block.ln1(h)).view(B, t, 3, attn.n_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        past = cache[i]
+        if past is not None:  # decode: K = [K_cache; k_new], V = [V_cache; v_new]  ([B, H, S + 1, d_h])
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        cache[i] = (k, v)
+        # prefill: causal over the prompt; decode: the single query sees every key (all are in its past)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=past is None and t > 1)
+        h = h + attn.proj(out.transpose(1, 2).reshape(B, t, -1))
+        h = h + block.mlp(block.ln2(h))
+    last = model.ln_f(h[:, -1])  # only the last position predicts the next token
+    return model.head(last) if model.head is not None else last @ model.tok_emb.weight.T
+
+
 @torch.no_grad()
 def generate(
     model: Transformer,
@@ -368,27 +423,55 @@ def generate(
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     pad_id: int = 0,
+    kv_cache: bool = False,
+    step_logits: list[Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Sample continuations of equal-length prompts [B, T0] from a causal model (no KV cache: the
-    models here are tiny). temperature=0 is greedy. Returns (tokens [B, T0 + n], finished mask of
-    the new tokens [B, n]: True up to and including each row's first EOS). After EOS a row is
-    padded with ``pad_id``."""
+    """Sample continuations of equal-length prompts [B, T0] (left-padded prompts are run as they are: no
+    attention mask) from a causal model. temperature=0 is greedy; ``top_k`` keeps the k largest logits.
+    Returns (tokens [B, T0 + n], finished mask of the new tokens [B, n]: True up to and including each
+    row's first EOS). After EOS a row is padded with ``pad_id``; generation stops once every row is done.
+
+    Each step draws one ``torch.multinomial`` sample per row from ``generator``, so the same generator
+    state gives the same tokens with or without the cache.
+
+    kv_cache=False: every step re-runs the whole sequence (cropped to the last ``max_len`` tokens).
+    kv_cache=True: a key/value cache (see :func:`_cached_next_logits`): one prefill pass over the prompt,
+    then one single-token decode pass per new token; the same tokens (tested). Where a cache does not
+    apply, it silently re-runs the whole sequence instead: interventions on the model, dropout active
+    (training mode), or a sequence that outgrows ``max_len`` (the uncached path crops the context).
+
+    step_logits: if a list is given, each step's next-token logits [B, V] (float32, before temperature)
+    are appended to it."""
     if not model.cfg.causal:
         raise ValueError("generate() needs a causal model")
+    B, T0 = prompt.shape
+    use_cache = (
+        kv_cache
+        and not model.interventions
+        and not (model.training and model.cfg.dropout > 0)
+        and T0 + max_new_tokens - 1 <= model.cfg.max_len
+    )
+    if use_cache:
+        cache: list[tuple[Tensor, Tensor] | None] = [None] * len(model.blocks)
+
+        # the cache holds seq.shape[1] - 1 positions after the prefill: feed only what it has not seen
+        def next_logits(seq: Tensor) -> Tensor:
+            seen = 0 if cache[0] is None else cache[0][0].shape[2]
+            return _cached_next_logits(model, seq[:, seen:], cache)
+
+    else:
+
+        def next_logits(seq: Tensor) -> Tensor:
+            return model(seq[:, -model.cfg.max_len :]).logits[:, -1]
+
     seq = prompt
-    B = prompt.shape[0]
     alive = torch.ones(B, dtype=torch.bool, device=prompt.device)
     valid = []
     for _ in range(max_new_tokens):
-        logits = model(seq[:, -model.cfg.max_len :]).logits[:, -1].float()
-        if temperature == 0:
-            nxt = logits.argmax(-1)
-        else:
-            logits = logits / temperature
-            if top_k is not None:
-                kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+        logits = next_logits(seq).float()
+        if step_logits is not None:
+            step_logits.append(logits)
+        nxt = _sample_next(logits, temperature, top_k, generator)
         nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
         valid.append(alive.clone())
         if eos_id is not None:
