@@ -1,4 +1,4 @@
-"""The toy task, its reward, and the KV-cached sampler."""
+"""The toy task, its reward, and the KV-cached sampler (core ``generate(kv_cache=True)``) on the toy model."""
 
 import math
 import random
@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from iclr26.acereason.config import ModelConfig
-from iclr26.acereason.sampling import cached_generate
 from iclr26.acereason.task import EOS, HASH, PAD, Q, ToyTask, response_reward
 from iclr26.acereason.toy import build_model, pass_at_k
 from iclr26.core.transformer import generate
@@ -63,8 +62,15 @@ def test_cached_sampler_matches_core_generate():
         a = generate(
             model, prompt, 10, temperature=t, eos_id=EOS, generator=torch.Generator().manual_seed(1), pad_id=PAD
         )
-        b = cached_generate(
-            model, prompt, 10, temperature=t, eos_id=EOS, generator=torch.Generator().manual_seed(1), pad_id=PAD
+        b = generate(
+            model,
+            prompt,
+            10,
+            temperature=t,
+            eos_id=EOS,
+            generator=torch.Generator().manual_seed(1),
+            pad_id=PAD,
+            kv_cache=True,
         )
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
@@ -81,8 +87,8 @@ def test_cached_step_logits_equal_a_full_forward():
             p.mul_(8.0)  # sharp attention: a position error changes the logits visibly
     prompt = torch.randint(0, 15, (4, 8), generator=torch.Generator().manual_seed(0))
     steps: list = []
-    seq, _ = cached_generate(
-        model, prompt, 6, temperature=1.0, generator=torch.Generator().manual_seed(2), step_logits=steps
+    seq, _ = generate(
+        model, prompt, 6, temperature=1.0, generator=torch.Generator().manual_seed(2), kv_cache=True, step_logits=steps
     )
     with torch.no_grad():
         full = model(seq).logits

@@ -13,7 +13,6 @@ from iclr26.subliminal.toy import (
     build_model,
     find_divergence_tokens,
     finetune_student,
-    generate_cached,
     generate_completions,
     masked_lm_loss,
     pad_batch,
@@ -64,8 +63,14 @@ def test_cached_generation_equals_full_recompute(pos, temperature):
     ref = generate(
         model.eval(), x, 12, temperature=temperature, eos_id=VOCAB.eos, generator=torch.Generator().manual_seed(1)
     )
-    got = generate_cached(
-        model, x, 12, temperature=temperature, eos_id=VOCAB.eos, generator=torch.Generator().manual_seed(1)
+    got = generate(
+        model,
+        x,
+        12,
+        temperature=temperature,
+        eos_id=VOCAB.eos,
+        generator=torch.Generator().manual_seed(1),
+        kv_cache=True,
     )
     assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
     assert len(set(ref[0][:, 9:].flatten().tolist())) > 3  # the continuations are not constant

@@ -12,8 +12,8 @@ Implemented:
   * the SFT scaling regression z = a std(log2 N) + b std(log2 R) + c (``scaling``);
   * the stage-wise RL recipe as data and its verl Hydra overrides (``recipe``);
   * the toy reproduction (ordered modular sums with a branching chain of thought, a tiny causal LM,
-    SFT, KV-cached sampling, RL at temperature T; ``task``, ``toy``, ``sampling``, ``pipeline``,
-    ``experiment``);
+    SFT, KV-cached sampling (``core.transformer.generate``), RL at temperature T; ``task``, ``toy``,
+    ``pipeline``, ``experiment``);
   * the paper-scale path: temperature calibration of a local Hugging Face checkpoint on local RL
     prompts, math (math-verify) and sandboxed code rewards, data-row checks, per-stage overrides
     (``paper``).

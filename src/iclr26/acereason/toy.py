@@ -16,12 +16,11 @@ import torch
 from torch import Tensor, nn
 
 from iclr26.core.train import TrainConfig, fit
-from iclr26.core.transformer import Transformer, TransformerConfig
+from iclr26.core.transformer import Transformer, TransformerConfig, generate
 
 from .config import ModelConfig, RLConfig, SFTConfig
 from .entropy import temperature_adjusted_entropy
 from .rl import OnPolicyGRPOConfig, apply_overlong_filter, onpolicy_grpo_loss
-from .sampling import cached_generate
 from .task import EOS, PAD, VOCAB_SIZE, ToyTask, response_reward
 
 __all__ = [
@@ -179,8 +178,15 @@ def sample_rollouts(
     """Sample one response per prompt at temperature T (``softmax(z / T)``) with at most ``budget`` tokens."""
     was_training = model.training
     model.eval()
-    seq, valid = cached_generate(
-        model, task.encode_prompts(prompts), budget, temperature=temperature, eos_id=EOS, generator=gen, pad_id=PAD
+    seq, valid = generate(
+        model,
+        task.encode_prompts(prompts),
+        budget,
+        temperature=temperature,
+        eos_id=EOS,
+        generator=gen,
+        pad_id=PAD,
+        kv_cache=True,
     )
     model.train(was_training)
     resp = seq[:, task.prompt_len :]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from iclr26.core.train import TrainConfig, fit
-from iclr26.core.transformer import Transformer, TransformerConfig, apply_rope, generate, rope_cache
+from iclr26.core.transformer import Transformer, TransformerConfig, generate
 
 from .divergence import DivergenceResult, from_predictions
 from .world import ANIMALS, QUESTIONS, VOCAB, NumberRow, number_doc, persona, qa_doc, qa_prompt
@@ -33,7 +33,6 @@ __all__ = [
     "StudentConfig",
     "build_model",
     "finetune_student",
-    "generate_cached",
     "generate_completions",
     "masked_lm_loss",
     "pad_batch",
@@ -132,78 +131,6 @@ def train_qa_teacher(
     return teacher.eval()
 
 
-def _cached_logits(model: Transformer, ids: Tensor, start: int, cache: list[tuple[Tensor, Tensor] | None]) -> Tensor:
-    """Next-token logits [B, t, V] of ``ids`` ([B, t], positions start..start+t-1) given the keys/values of the
-    earlier positions in ``cache`` (one (K, V) per block, extended in place): the same pre-LN blocks as
-    ``Transformer.forward``, computed once per token instead of once per prefix."""
-    cfg = model.cfg
-    B, t = ids.shape
-    H, hd = cfg.n_heads, cfg.d_model // cfg.n_heads
-    positions = torch.arange(start, start + t)[None].expand(B, t)
-    h = model.embed(ids)
-    if model.pos_emb is not None:
-        h = h + model.pos_emb(positions)
-    rope = rope_cache(positions, hd, cfg.rope_base) if cfg.pos == "rope" else None
-    for i, block in enumerate(model.blocks):
-        attn = block.attn
-        q, k, v = attn.qkv(block.ln1(h)).view(B, t, 3, H, hd).permute(2, 0, 3, 1, 4)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        past = cache[i]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        cache[i] = (k, v)
-        # the prefill (no past) is causal over itself; a single new query sees every cached key
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=past is None and t > 1)
-        h = h + attn.proj(out.transpose(1, 2).reshape(B, t, -1))
-        h = h + block.mlp(block.ln2(h))
-    last = model.ln_f(h)
-    return model.head(last) if model.head is not None else last @ model.tok_emb.weight.T
-
-
-@torch.no_grad()
-def generate_cached(
-    model: Transformer,
-    prompt: Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 0.0,
-    eos_id: int | None = None,
-    generator: torch.Generator | None = None,
-    pad_id: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """``core.transformer.generate`` with a key/value cache (same return value, same random draws): each
-    step runs the new token only. Falls back to ``generate`` when the model has interventions, is not causal,
-    or the sequence would outgrow ``max_len`` (there ``generate`` crops the context)."""
-    cfg = model.cfg
-    if model.interventions or not cfg.causal or prompt.shape[1] + max_new_tokens > cfg.max_len:
-        return generate(
-            model, prompt, max_new_tokens, temperature=temperature, eos_id=eos_id, generator=generator, pad_id=pad_id
-        )
-    model.eval()
-    B = prompt.shape[0]
-    cache: list[tuple[Tensor, Tensor] | None] = [None] * len(model.blocks)
-    logits = _cached_logits(model, prompt, 0, cache)[:, -1].float()
-    alive = torch.ones(B, dtype=torch.bool)
-    new, valid = [], []
-    for step in range(max_new_tokens):
-        if temperature == 0:
-            nxt = logits.argmax(-1)
-        else:
-            nxt = torch.multinomial((logits / temperature).softmax(-1), 1, generator=generator).squeeze(1)
-        nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
-        valid.append(alive.clone())
-        new.append(nxt)
-        if eos_id is not None:
-            alive = alive & (nxt != eos_id)
-        if not alive.any() or step == max_new_tokens - 1:
-            break
-        logits = _cached_logits(model, nxt[:, None], prompt.shape[1] + step, cache)[:, -1].float()
-    if not new:
-        return prompt, torch.zeros(B, 0, dtype=torch.bool)
-    return torch.cat([prompt, torch.stack(new, 1)], dim=1), torch.stack(valid, 1)
-
-
 @torch.no_grad()
 def generate_completions(
     model: Transformer,
@@ -217,7 +144,7 @@ def generate_completions(
 ) -> list[tuple[int, ...]]:
     """Completions of ``<bos> system prompt`` (greedy for temperature 0), cut after the first ``<eos>``.
     Prompts are grouped by length so that no padding enters the computation; decoding uses a key/value
-    cache (:func:`generate_cached`)."""
+    cache (``core.transformer.generate(..., kv_cache=True)``)."""
     gen = torch.Generator().manual_seed(seed)
     out: list[tuple[int, ...] | None] = [None] * len(prompts)
     by_len: dict[int, list[int]] = {}
@@ -229,8 +156,15 @@ def generate_completions(
         for s in range(0, len(idx), batch_size):
             chunk = idx[s : s + batch_size]
             x = torch.tensor([[VOCAB.bos, *system, *prompts[i]] for i in chunk], dtype=torch.long)
-            seq, valid = generate_cached(
-                model, x, max_new_tokens, temperature=temperature, eos_id=VOCAB.eos, generator=gen, pad_id=VOCAB.pad
+            seq, valid = generate(
+                model,
+                x,
+                max_new_tokens,
+                temperature=temperature,
+                eos_id=VOCAB.eos,
+                generator=gen,
+                pad_id=VOCAB.pad,
+                kv_cache=True,
             )
             new = seq[:, x.shape[1] :]
             for row, i in enumerate(chunk):
