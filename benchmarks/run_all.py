@@ -7,7 +7,8 @@
     schedule, grad clipping), target <= 1.05;
 (c) core.sandbox: a trivial call through a persistent SandboxServer against a one-shot run_untrusted
     call (see sandbox_overhead.py), target <= 0.25;
-(d) an InfGen training step with the sparse self-attention against the dense one (see infgen_train_step.py).
+(d) an InfGen training step with the sparse self-attention against the dense one (see infgen_train_step.py);
+(e) a B0 + APT relation-head step against a B0 step (see apt_step_time.py; the plug-in's own cost).
 
 Run: `python benchmarks/run_all.py [--repeats 5]`. Times are medians over repeats of interleaved
 runs, so slow phases of a shared machine hit both sides alike. Nothing here asserts a time.
@@ -151,6 +152,14 @@ def main() -> None:
     with torch_threads(1):
         dense, sparse, r4, _ = infgen_train_step.bench_infgen(args.repeats, args.steps)
     print(f"infgen step, sparse / dense attention:          {r4:.3f}  ({sparse * 1e3:.0f} ms vs {dense * 1e3:.0f} ms)")
+    spec = importlib.util.spec_from_file_location("apt_step_time", Path(__file__).with_name("apt_step_time.py"))
+    apt_step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(apt_step_time)
+    with torch_threads(1):
+        for name, shape in apt_step_time.SHAPES.items():
+            b0, apt, r5, _ = apt_step_time.bench_apt(shape, args.repeats, args.steps)
+            label = f"apt step / b0 step ({name}):"
+            print(f"{label:<48}{r5:.3f}  ({apt * 1e3:.1f} ms vs {b0 * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":
