@@ -69,11 +69,17 @@ def test_smoke_run_end_to_end(tmp_path):
     assert (rec.out_dir / "person_embeddings.png").exists() and (rec.out_dir / "metrics.jsonl").exists()
 
 
-def test_render_flag_is_a_named_placeholder(tmp_path):
+def test_render_flag_runs_the_rendered_world(tmp_path, capsys):
     from iclr26.core.experiment import ExperimentError
 
-    with pytest.raises(ExperimentError, match="placeholder"):
-        run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options={"render": "true"})
+    opts = {"render": "true", "rendering.epochs": "1"}
+    rec = run_experiment(EXPERIMENT, "smoke", out_root=tmp_path, show_progress=False, options=opts)
+    m = json.loads((rec.out_dir / "results.json").read_text())["metrics"]
+    info = m["per_seed"]["0"]["render"]
+    assert info["n_images"] == 230 and 0 <= info["cnn_class_acc"] <= 1 and "render" in m
+    assert "CNN detector" in capsys.readouterr().out
+    with pytest.raises(ExperimentError, match="not to paper scale"):
+        run_experiment(EXPERIMENT, "paper", out_root=tmp_path, show_progress=False, options={"render": "true"})
 
 
 @pytest.mark.slow

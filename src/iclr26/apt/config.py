@@ -11,7 +11,7 @@ from typing import Literal
 
 from iclr26.apt.apt import RegWeights
 
-__all__ = ["APTConfig", "DataConfig", "HeadConfig", "OptimConfig", "RunConfig", "config_for"]
+__all__ = ["APTConfig", "DataConfig", "HeadConfig", "OptimConfig", "RenderConfig", "RunConfig", "config_for"]
 
 Variant = Literal["b0", "apt", "apt_d", "apt_r", "unfrozen", "adapter", "noprompt"]
 
@@ -113,6 +113,26 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class RenderConfig:
+    """The rendered ShapesSG world and its CNN detector, used only with ``render=true`` [ours, after spec Sec. 6].
+
+    image_size: side of the square RGB images in pixels (spec: 96; at least 32).
+    crop: side of the square object / union crops fed to the CNN (spec: 24; at least 8).
+    pixel_noise: std of the Gaussian pixel noise (colours in [0, 1]).
+    epochs: CNN pretraining passes over the training split's object crops (spec: 2).
+    batch_size: CNN pretraining batch.
+    lr: CNN pretraining learning rate (Adam).
+    """
+
+    image_size: int = 96
+    crop: int = 24
+    pixel_noise: float = 0.05
+    epochs: int = 2
+    batch_size: int = 128
+    lr: float = 3e-3
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything that changes a result of one run.
 
@@ -126,7 +146,9 @@ class RunConfig:
     head_k: predicates counted as head (the most frequent ones).
     tail_k: predicates counted as tail (the least frequent ones).
     mi_clusters: k-means clusters of the MI proxy, capped at the subject classes present (same k for both).
-    render: render glyph images and train a small CNN detector (not implemented: placeholder flag).
+    render: draw each scene as a glyph image and replace the random-MLP detector features by a small CNN's
+        (same scenes, labels and pairs; smoke / small only; see render.py).
+    rendering: image, crop and CNN-pretraining settings of the rendered world.
     workers: processes for per-seed work (core.parallel.seed_map), one torch thread each.
     vg_h5: paper scale: VG-SGG-with-attri.h5 (Scene-Graph-Benchmark format).
     vg_dicts: paper scale: VG-SGG-dicts-with-attri.json.
@@ -145,6 +167,7 @@ class RunConfig:
     tail_k: int = 6
     mi_clusters: int = 16
     render: bool = False
+    rendering: RenderConfig = RenderConfig()
     workers: int = 2
     vg_h5: str = ""
     vg_dicts: str = ""

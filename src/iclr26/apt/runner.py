@@ -84,8 +84,20 @@ def diagnostics(model: RelationModel, data, n_clusters: int, seed: int) -> dict:
 def run_seed(seed: int, cfg: RunConfig, log_factory: Callable[[str], Callable] | None = None) -> dict:
     """Every model of one seed: closed-set variants, the open-vocabulary pair, diagnostics."""
     torch.manual_seed(seed)
-    data = generate(cfg.data, seed)
     out: dict = {"models": {}, "ov": {}}
+    if cfg.render:
+        from iclr26.apt.render import rendered_dataset
+
+        data, out["render"] = rendered_dataset(cfg.data, cfg.rendering, seed)
+        r = out["render"]
+        print(
+            f"[apt] seed {seed}: rendered {r['n_images']} images, CNN detector ({r['cnn_params']} params) crop "
+            f"accuracy on test objects: class {r['cnn_class_acc']:.3f}, pose {r['cnn_pose_acc']:.3f}, "
+            f"stride {r['cnn_stride_acc']:.3f} ({r['total_s']:.0f} s)",
+            flush=True,
+        )
+    else:
+        data = generate(cfg.data, seed)
     novel_ids = tuple(PREDICATES.index(n) + 1 for n in cfg.novel)
     for variant in cfg.models:
         log = log_factory(f"seed{seed}/{variant}") if log_factory else None
@@ -159,12 +171,17 @@ def run_small(ctx: RunContext) -> RunOutput:
     measured = _measured(cfg, per_seed)
     gate = measured.pop("_gate")
     print(f"[apt] competence gate: {gate}")
+    if cfg.render:
+        print(f"[apt] rendered world: glyph images ({cfg.rendering.image_size} px) and a CNN detector per seed")
     metrics = {
         "competence_gate": gate,
         "synonym_cosines": cos,
         "efficiency": efficiency(cfg, per_seed),
         "per_seed": {str(s): _strip(r) for s, r in zip(ctx.seeds, per_seed, strict=True)},
     }
+    if cfg.render:
+        keys = ("cnn_class_acc", "cnn_pose_acc", "cnn_stride_acc", "total_s")
+        metrics["render"] = {k: mean_std([r["render"][k] for r in per_seed]) for k in keys}
     figures(ctx, cfg, per_seed)
     return RunOutput(metrics=metrics, measured=measured, tables=tables(cfg, per_seed, metrics))
 

@@ -28,7 +28,7 @@ import torch
 
 from iclr26.apt.names import OBJECTS, PREDICATES
 
-__all__ = ["ShapesSG", "Split", "generate", "predicate_id"]
+__all__ = ["ShapesSG", "Split", "generate", "generate_with_scenes", "predicate_id"]
 
 N_OBJ, N_PRED = len(OBJECTS), len(PREDICATES)
 O = {n: i for i, n in enumerate(OBJECTS)}
@@ -279,7 +279,7 @@ def _pair_input(sc: dict, i: int, j: int, cue: float = 1.0) -> tuple[np.ndarray,
     return attrs, geo
 
 
-def _split(rng, world: _World, n_images: int, prior: np.ndarray, cfg) -> Split:
+def _split(rng, world: _World, n_images: int, prior: np.ndarray, cfg, scenes: list | None = None) -> Split:
     cols: dict[str, list] = {
         k: [] for k in ("cls", "pose", "stride", "obj_in", "s", "o", "label", "pair_in", "geo", "img")
     }
@@ -288,6 +288,8 @@ def _split(rng, world: _World, n_images: int, prior: np.ndarray, cfg) -> Split:
         sc = _scene(
             rng, prior, cfg.min_objects, cfg.max_objects, cfg.min_relations, cfg.max_relations, cfg.cue_strength
         )
+        if scenes is not None:
+            scenes.append(sc)
         base, n = starts[-1], len(sc["cls"])
         cols["cls"] += [O[c] for c in sc["cls"]]
         cols["pose"] += sc["pose"]
@@ -334,8 +336,9 @@ def longtail_prior(zipf: float) -> np.ndarray:
     return prior / prior.sum()
 
 
-def generate(cfg, seed: int) -> ShapesSG:
-    """Train / val / test splits for ``cfg`` (a :class:`iclr26.apt.config.DataConfig`); same seed, same data."""
+def generate_with_scenes(cfg, seed: int) -> tuple[ShapesSG, tuple[list, list, list]]:
+    """:func:`generate` plus the scene dicts (classes, poses, strides, boxes, depths, cues, relations) of the
+    train / val / test images, in split order; the rendered world draws exactly these scenes."""
     if cfg.min_objects < 2 or cfg.max_objects < cfg.min_objects or cfg.min_relations < 1:
         raise ValueError("need 2 <= min_objects <= max_objects and min_relations >= 1")
     if not 0.0 < cfg.cue_strength <= 1.0:
@@ -345,4 +348,12 @@ def generate(cfg, seed: int) -> ShapesSG:
     world = _World(cfg.world_seed, cfg.feat_dim, obj_in, pair_in)
     prior = longtail_prior(cfg.zipf)
     rng = np.random.default_rng([seed, 7001])
-    return ShapesSG(*(_split(rng, world, n, prior, cfg) for n in (cfg.n_train, cfg.n_val, cfg.n_test)))
+    scenes: tuple[list, list, list] = ([], [], [])
+    sizes = (cfg.n_train, cfg.n_val, cfg.n_test)
+    data = ShapesSG(*(_split(rng, world, n, prior, cfg, sc) for n, sc in zip(sizes, scenes, strict=True)))
+    return data, scenes
+
+
+def generate(cfg, seed: int) -> ShapesSG:
+    """Train / val / test splits for ``cfg`` (a :class:`iclr26.apt.config.DataConfig`); same seed, same data."""
+    return generate_with_scenes(cfg, seed)[0]
