@@ -90,4 +90,8 @@ def test_smoke_run(tmp_path):
 @pytest.mark.slow
 def test_small_claims(tmp_path):
     rec = run_experiment(EXPERIMENT, "small", out_root=tmp_path, show_progress=False)
-    assert all(c["passed"] for c in rec.results["claims"])
+    claims = {c["name"]: c for c in rec.results["claims"]}
+    # C1 (exact decoding-order invariance) holds by construction; the others are measured outcomes (2/4 in
+    # the README), so this checks that each is evaluated and reported, not that it passes
+    assert claims["C1"]["passed"]
+    assert all(isinstance(c["passed"], bool) and c["measured"] for c in claims.values())
