@@ -85,10 +85,10 @@ def test_tokenizer_checkpoint_round_trip(ckpts):
 def test_missing_unexpected_and_mismatched_keys_are_listed(ckpts, tmp_path):
     tok, tok_path, *_ = ckpts
     raw = torch.load(tok_path, weights_only=True)
-    bad = dict(raw["ema"])
+    bad = dict(raw["model"])
     bad.pop("query_linear.weight")
     bad["extra.weight"] = torch.zeros(1)
-    torch.save({**raw, "ema": bad}, tmp_path / "bad.pt")
+    torch.save({**raw, "model": bad}, tmp_path / "bad.pt")  # "model" is the entry loaded by default
     with pytest.raises(ValueError, match=r"missing \['query_linear.weight'\].*unexpected \['extra.weight'\]"):
         load_tokenizer(tmp_path / "bad.pt")
     wrong = {**raw, "config": {"model": {**raw["config"]["model"], "vq_codebook_size": 32}}}

@@ -9,6 +9,7 @@ to 8x8 digits and keeps every mechanism.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from iclr26.core.train import TrainConfig
 
@@ -121,7 +122,11 @@ class PaperConfig:
     imagenet_dir: ImageNet folder (class sub-folders) for tokenizer reconstructions (optional).
     n_recon: images of imagenet_dir to reconstruct (0 = skip).
     tokenizer_config: official tokenizer yaml, used instead of the config embedded in the checkpoint.
-    allow_pickle: load checkpoints that pickle Python objects (trusted files only).
+    allow_pickle: load checkpoints that pickle Python objects with the full unpickler (trusted files only).
+        Without it, objects of classes that are not importable here (the official training checkpoints'
+        config object) are read as plain records and nothing is called.
+    state_entry: which weights of a file that holds both ``model`` and ``ema``: "model" (the official
+        evaluation scripts load ``model`` first) or "ema".
     """
 
     tokenizer_ckpt: str = ""
@@ -137,6 +142,7 @@ class PaperConfig:
     n_recon: int = 0
     tokenizer_config: str = ""
     allow_pickle: bool = False
+    state_entry: Literal["model", "ema"] = "model"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ the AR file holds ``model`` / ``ema`` / ``module`` or the bare state dict. Our m
 official ones, so loading is strict: a missing or unexpected key, or a shape that contradicts the
 config, is an error that lists them.
 
-Generation (official ``sample_c2i_ddp.py`` + ``generate.py``): 50k images, labels i mod 1000, CFG
+Generation (after the official ``sample_c2i_ddp.py`` + ``generate.py``; the README lists where the protocol
+differs): 50k images, labels i mod 1000 (the official draws them at random), CFG
 schedule linspace(1.2, 8.0, 256), temperature 1, top-k 0, top-p 1, 8-step AB2 pixel decoding. Work is
 cut into shards of ``shard_size`` images; shard s belongs to rank s mod world and is written
 atomically, so a restarted run skips finished shards (a crash loses only unfinished ones).
@@ -33,21 +34,108 @@ from .tokenizer import TokenizerConfig, VQModel
 STATE_KEYS = ("ema", "model", "module", "state_dict")
 
 
+class PickledRecord:
+    """Stand-in for an object of a class that a checkpoint pickles but that is not importable here (the
+    official tokenizer's training checkpoints pickle their config as an instance of the training script's
+    own class). It keeps what the pickle says about the object -- ``module``, ``name``, the constructor
+    ``args`` and the ``state`` -- and runs nothing: no class of the checkpoint is ever imported or called."""
+
+    def __init__(self, module: str, name: str, args: tuple = ()):
+        self.module, self.name, self.args, self.state = module, name, tuple(args), None
+
+    def __setstate__(self, state) -> None:  # pickle's BUILD: keep the state as data
+        self.state = state
+
+    def as_dict(self) -> dict:
+        """The state as a plain dict (``(dict, slots)`` pairs merged); {} when there is none."""
+        state = self.state
+        if isinstance(state, tuple) and len(state) == 2:
+            merged = dict(state[0] or {})
+            merged.update(state[1] or {})
+            return merged
+        return dict(state) if isinstance(state, dict) else {}
+
+    def __repr__(self) -> str:
+        return f"PickledRecord({self.module}.{self.name})"
+
+
+def _record_class(module: str, name: str) -> type:
+    """A callable that pickle's REDUCE / NEWOBJ can 'construct' into a :class:`PickledRecord`."""
+
+    class _Factory(PickledRecord):
+        def __new__(cls, *args, **kwargs):  # NEWOBJ calls cls.__new__(cls, *args)
+            return PickledRecord(module, name, args)
+
+        def __reduce__(self):  # never re-pickled as itself
+            raise TypeError("a PickledRecord factory cannot be pickled")
+
+    _Factory.__name__ = _Factory.__qualname__ = f"Record[{module}.{name}]"
+    return _Factory
+
+
+def _record_unpickler_module():
+    """A ``pickle_module`` for ``torch.load``: the globals that ``weights_only=True`` allows load as
+    themselves, every other global becomes a :class:`PickledRecord` factory (nothing else is imported)."""
+    import pickle
+    import types
+
+    from torch import _weights_only_unpickler as wou
+
+    allowed = wou._get_allowed_globals()
+
+    class RecordUnpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            key = f"{module}.{name}"
+            if key in allowed:
+                return allowed[key]
+            return _record_class(module, name)
+
+    mod = types.ModuleType("iclr26_record_pickle")
+    mod.Unpickler = RecordUnpickler
+    mod.load = pickle.load
+    mod.__name__ = "iclr26_record_pickle"
+    return mod
+
+
 def _read(path: str | Path, allow_pickle: bool = False) -> dict:
-    """torch.load with ``weights_only=True``; ``allow_pickle`` (trusted files only) permits files that
-    pickle Python objects (e.g. a config object instead of a plain dict)."""
+    """torch.load with ``weights_only=True``; a file that pickles objects of classes this environment does not
+    have (the official tokenizer training checkpoints' config object) is read again with a restricted
+    unpickler that turns each such object into a :class:`PickledRecord` and never imports or calls the class.
+    ``allow_pickle`` (trusted files only) runs the full unpickler instead."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file (nothing is downloaded)")
     try:
         return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as exc:
-        hint = "" if allow_pickle else " (if it is a trusted file that pickles objects: --set paper.allow_pickle=true)"
-        raise ValueError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc}){hint}") from None
+        first = exc
+    if not allow_pickle:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_record_unpickler_module())
+        except Exception:  # report the first, more telling error
+            pass
+    hint = "" if allow_pickle else " (if it is a trusted file that pickles objects: --set paper.allow_pickle=true)"
+    raise ValueError(f"{path}: not a readable torch checkpoint ({type(first).__name__}: {first}){hint}") from None
 
 
-def _state(ckpt: dict, path) -> dict:
-    for key in STATE_KEYS:
+def _plain(obj):
+    """A config read from a checkpoint as plain data: records become dicts of their state."""
+    if isinstance(obj, PickledRecord):
+        obj = obj.as_dict()
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, type) and not isinstance(obj, torch.Tensor):
+        return {k: _plain(v) for k, v in vars(obj).items()}  # e.g. an argparse.Namespace under allow_pickle
+    return obj
+
+
+def _state(ckpt: dict, path, prefer: str = "model") -> dict:
+    """The state dict of a checkpoint: ``prefer`` ("model": the official evaluation's order model, ema, module;
+    "ema": the EMA weights first) decides which entry wins when a file holds both."""
+    if prefer not in ("model", "ema"):
+        raise ValueError(f"prefer must be 'model' or 'ema', got {prefer!r}")
+    order = STATE_KEYS if prefer == "ema" else ("model", "ema", "module", "state_dict")
+    for key in order:
         if key in ckpt and isinstance(ckpt[key], dict):
             state = ckpt[key]
             break
@@ -83,17 +171,23 @@ def load_strict(model: torch.nn.Module, state: dict, path) -> None:
 
 
 def load_tokenizer(
-    path: str | Path, device: str = "cpu", config_yaml: str | Path = "", allow_pickle: bool = False
+    path: str | Path,
+    device: str = "cpu",
+    config_yaml: str | Path = "",
+    allow_pickle: bool = False,
+    prefer_state: str = "model",
 ) -> VQModel:
-    """The released tokenizer: its embedded config (official keys; or ``config_yaml``, e.g. the
-    official configs/tokenizer_v1.yaml, when given) and its EMA weights if present."""
+    """The released tokenizer: its embedded config (official keys, a dict or a pickled config object; or
+    ``config_yaml``, e.g. the official configs/tokenizer_v1.yaml, when given) and its ``model`` weights
+    (``prefer_state="ema"``: the EMA weights when the file holds both)."""
     ckpt = _read(path, allow_pickle)
+    config = _plain(ckpt.get("config")) if isinstance(ckpt, dict) else None
     if config_yaml:
         import yaml
 
         model_cfg = yaml.safe_load(Path(config_yaml).read_text())["model"]
-    elif "config" in ckpt and "model" in ckpt["config"]:
-        model_cfg = ckpt["config"]["model"]
+    elif isinstance(config, dict) and isinstance(config.get("model"), dict):
+        model_cfg = config["model"]
     else:
         raise ValueError(
             f"{path}: tokenizer checkpoint lacks config['model'] (official layout); "
@@ -101,7 +195,7 @@ def load_tokenizer(
         )
     cfg = TokenizerConfig.from_official(dict(model_cfg))
     model = VQModel(cfg)
-    load_strict(model, _state(ckpt, path), path)
+    load_strict(model, _state(ckpt, path, prefer_state), path)
     return model.to(device).eval()
 
 
@@ -112,6 +206,7 @@ def load_gpt(
     block_size: int,
     device: str = "cpu",
     allow_pickle: bool = False,
+    prefer_state: str = "model",
 ) -> Transformer:
     """A released AR checkpoint into the LlamaGen-named :class:`Transformer` of ``preset`` (a name of
     ``GPT_PRESETS`` or a :class:`GPTConfig`); vocabulary and length come from the tokenizer."""
@@ -120,7 +215,7 @@ def load_gpt(
     else:
         gcfg = gpt_preset(preset, vocab_size=vocab_size, block_size=block_size)
     model = Transformer(gcfg)
-    load_strict(model, _state(_read(path, allow_pickle), path), path)
+    load_strict(model, _state(_read(path, allow_pickle), path, prefer_state), path)
     return model.to(device).eval()
 
 
@@ -311,7 +406,9 @@ def _run_paper(ctx, cfg, rank: int, world: int):
     if device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
-    tok = load_tokenizer(ctx.require_path("paper.tokenizer_ckpt"), device, p.tokenizer_config, p.allow_pickle)
+    tok = load_tokenizer(
+        ctx.require_path("paper.tokenizer_ckpt"), device, p.tokenizer_config, p.allow_pickle, p.state_entry
+    )
     arch = cfg.gpt if p.gpt_model == "custom" else p.gpt_model
     ar = load_gpt(
         ctx.require_path("paper.gpt_ckpt"),
@@ -320,6 +417,7 @@ def _run_paper(ctx, cfg, rank: int, world: int):
         tok.cfg.num_all_queries,
         device,
         p.allow_pickle,
+        p.state_entry,
     )
     if world > 1 and not p.out_dir:
         raise ValueError("under torchrun every rank needs the same shard folder: --set paper.out_dir=DIR")
