@@ -49,6 +49,9 @@ class PaperConfig:
     layout: P+CRK+S layout of the recursive arms ("" = the paper's for that shape).
     arms: arms to train (must include vanilla, base, anchor and mesh: the claims compare them).
     init_from: local Hugging Face checkpoint folder to initialise from ("" = train from scratch).
+    max_seq_len: the models' position limit. 0 = from scratch: max(the config's max_position_embeddings,
+        train.seq_len), so the paper's 4096 runs on a Pythia config that says 2048 (RoPE has no position
+        table); with init_from: the checkpoint config's. Any positive value overrides both.
     train: the training recipe.
     """
 
@@ -56,6 +59,7 @@ class PaperConfig:
     layout: str = ""
     arms: tuple[str, ...] = ("vanilla", "base", "anchor", "mesh")
     init_from: str = ""
+    max_seq_len: int = 0
     train: PaperTrainConfig = PaperTrainConfig()
 
 

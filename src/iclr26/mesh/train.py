@@ -140,6 +140,17 @@ def check_seq_len(seq_len: int, model_cfg: MeshConfig) -> None:
         )
 
 
+def paper_max_seq_len(requested: int, config_limit: int, seq_len: int, from_checkpoint: bool) -> int:
+    """The position limit of a paper-scale model: ``requested`` when > 0; else, from scratch, at least the
+    training length (RoPE has no position table, so the config's 2048 is no limit there); from a checkpoint,
+    the checkpoint config's."""
+    if requested < 0:
+        raise ValueError(f"max_seq_len must be >= 0 (0 = automatic), got {requested}")
+    if requested > 0:
+        return requested
+    return config_limit if from_checkpoint else max(config_limit, seq_len)
+
+
 def build_model(
     pythia: str, layout: str | None, scheme: str, init_from: str | None, seed: int, **overrides: Any
 ) -> RecursiveNeoX:
@@ -150,6 +161,13 @@ def build_model(
     if init_from:
         return load_pythia(init_from, layout=layout, scheme=scheme, **overrides)
     return RecursiveNeoX(pythia_config(pythia, layout=layout, scheme=scheme, **overrides))
+
+
+def pythia_limit(pythia: str, init_from: str | None) -> int:
+    """max_position_embeddings of the config the model is built from (the checkpoint's with init_from)."""
+    from iclr26.mesh.pythia import pythia_config
+
+    return pythia_config(init_from or pythia).max_seq_len
 
 
 def run_paper_scale(ctx: RunContext) -> RunOutput:
@@ -174,17 +192,19 @@ def run_paper_scale(ctx: RunContext) -> RunOutput:
     if not rec.parsed_layout.recursive:
         raise ExperimentError("--set paper.layout=P+CRK+S is needed: the config's default layout is not recursive")
     tc = replace(pc.train, tokens=tokens)
+    rec = replace(rec, max_seq_len=paper_max_seq_len(pc.max_seq_len, rec.max_seq_len, tc.seq_len, bool(init_from)))
     if tc.seq_len > rec.max_seq_len:
         raise ExperimentError(
             f"paper.train.seq_len={tc.seq_len} exceeds the model's {rec.max_seq_len} positions "
             f"(the paper trains at 4096; Pythia checkpoints stop at 2048): --set paper.train.seq_len={rec.max_seq_len}"
+            f" or raise the limit with --set paper.max_seq_len={tc.seq_len}"
         )
     per_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     for seed in ctx.seeds:
         for arm in arms:
             cfg = vanilla_of(rec) if arm == "vanilla" else replace(rec, scheme=ARM_SCHEMES[arm])
             if init_from:  # the checkpoint's weights mapped into prelude/core/coda (no throwaway random model)
-                model = build_model(pythia, cfg.layout, cfg.scheme, init_from, seed)
+                model = build_model(pythia, cfg.layout, cfg.scheme, init_from, seed, max_seq_len=rec.max_seq_len)
             else:
                 torch.manual_seed(seed)
                 model = RecursiveNeoX(cfg)
@@ -223,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init-from", default=None)
+    p.add_argument("--max-seq-len", type=int, default=0, help="position limit (0: see PaperConfig.max_seq_len)")
     p.add_argument("--out", default="runs/mesh_train")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)
@@ -230,7 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = setup_distributed(a.device)
     try:
         device = rank_device(a.device)
-        model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed)
+        limit = pythia_limit(a.pythia, a.init_from)
+        max_len = paper_max_seq_len(a.max_seq_len, limit, a.seq_len, bool(a.init_from))
+        model = build_model(a.pythia, a.layout, a.scheme, a.init_from, a.seed, max_seq_len=max_len)
         check_seq_len(a.seq_len, model.cfg)
         tc = PaperTrainConfig(
             tokens=a.tokens,
