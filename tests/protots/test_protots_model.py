@@ -178,7 +178,7 @@ def test_entropy_and_loss_values():
     y_hat, y = torch.tensor([[1.0, 2.0], [0.0, 0.0]]), torch.tensor([[0.0, 0.0], [0.0, 4.0]])
     l1 = (1 + 2 + 0 + 4) / 4
     ent = (math.log(2) + 0) / 2
-    assert float(protots_loss(y_hat, y, f, 0.3)) == pytest.approx(l1 + 0.3 * ent, abs=1e-6)
+    assert float(protots_loss(y_hat, y, f, 0.3, "mean")) == pytest.approx(l1 + 0.3 * ent, abs=1e-6)
 
 
 def test_future_targets_cannot_change_the_forecast_future_covariates_do():

@@ -135,12 +135,20 @@ def assignment_entropy(f: torch.Tensor) -> torch.Tensor:
     return -(f * torch.log(f.clamp_min(_EPS))).sum(-1)
 
 
-def protots_loss(y_hat: torch.Tensor, y: torch.Tensor, f_root: torch.Tensor, lam: float) -> torch.Tensor:
+def protots_loss(
+    y_hat: torch.Tensor, y: torch.Tensor, f_root: torch.Tensor, lam: float, l1_reduction: str = "sum"
+) -> torch.Tensor:
     r"""Eq. 6, averaged over the batch::
 
-    loss = ||Y^ - Y||_1 / H - lambda * sum_i f(Z^|mu_i) log f(Z^|mu_i)      (root level only)
+    loss = ||Y^ - Y||_1 - lambda * sum_i f(Z^|mu_i) log f(Z^|mu_i)          (root level only)
+
+    ``l1_reduction="sum"`` is the paper's L1 norm over the H horizon steps; ``"mean"`` divides it by H.
     """
-    return (y_hat - y).abs().mean() + lam * assignment_entropy(f_root).mean()
+    if l1_reduction not in ("sum", "mean"):
+        raise ValueError(f"l1_reduction must be 'sum' or 'mean', got {l1_reduction!r}")
+    err = (y_hat - y).abs()
+    l1 = err.sum(-1).mean() if l1_reduction == "sum" else err.mean()
+    return l1 + lam * assignment_entropy(f_root).mean()
 
 
 def select_split(leaf_ids: Sequence[str], assign: torch.Tensor, sample_mae: torch.Tensor, alpha: float) -> list[str]:

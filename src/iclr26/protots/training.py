@@ -106,10 +106,10 @@ def fit_windows(
 # --------------------------------------------------------------------------------------------------
 
 
-def _protots_loss_fn(lam: float) -> Callable[[nn.Module, Windows], Any]:
+def _protots_loss_fn(lam: float, l1_reduction: str) -> Callable[[nn.Module, Windows], Any]:
     def loss_fn(m: nn.Module, b: Windows):
         y_hat, f = m(b.y_hist, b.x_dis, b.x_con)
-        loss = protots_loss(y_hat, b.y, f, lam)
+        loss = protots_loss(y_hat, b.y, f, lam, l1_reduction)
         with torch.no_grad():
             extras = {"mae": float((y_hat - b.y).abs().mean()), "entropy": float(assignment_entropy(f).mean())}
         return loss, extras
@@ -151,7 +151,9 @@ def _internal_nodes(model: ProtoTS):
 def _fit_protots(model: ProtoTS, train: Windows, val: Windows, stage: StageConfig, **kw) -> dict[str, Any]:
     set_trainable(model, stage.trainable)
     try:
-        return fit_windows(model, train, val, stage, _protots_loss_fn(model.cfg.lam), _protots_predict, **kw)
+        return fit_windows(
+            model, train, val, stage, _protots_loss_fn(model.cfg.lam, model.cfg.l1_reduction), _protots_predict, **kw
+        )
     finally:
         set_trainable(model, "all")
 
