@@ -13,6 +13,15 @@
   leaves the prompt's question/answer placeholders unfilled and names no Q&A field; we read our ``qa`` list
   (``{"slot", "question", "answer"}``) or parallel ``questions`` / ``answers`` lists when a file has them.
 
+* **Answer files** (what ``appagent_noisy.py`` writes, one per episode, ``<task>.txt``): one prediction line per
+  screen -- ``click([x1,y1][x2,y2])`` as the element's bounds, ``scroll([x1,y1][x2,y2]<direction>)``,
+  ``input(<text>)``, or ``click error`` / ``scroll error`` / ``no such act`` / ``error`` -- each ended by a
+  newline. :func:`score_answer_file` scores one against its episode. The released ``noise_data_test`` reads
+  ``text.split('\n')[:-2]``: it assumes one more line after the predictions (a final line such as a summary),
+  so on the runner's own layout it DROPS the last screen's prediction and leaves that screen out of the
+  denominator; ``compat=True`` reads files exactly so. Our reading takes one line per screen, whichever of the
+  two layouts the file has (a final extra line is ignored; a missing line counts as an error).
+
 A bad episode or record never aborts a run: it is skipped and counted, with the file and the reason.
 """
 
@@ -24,6 +33,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from iclr26.sman_bench.corpus import _BOUNDS, Corpus, UIElement
+from iclr26.sman_bench.evaluate import Action
 from iclr26.sman_bench.instructions import Task
 
 GT_TYPES = {"click": "click", "swipe": "scroll", "swpie": "scroll", "scroll": "scroll", "text": "type", "type": "type"}
@@ -198,3 +208,69 @@ def load_ambiguous_tasks(path: str | Path, corpus: Corpus) -> tuple[list[Task], 
         except ValueError as exc:
             skipped.append((f"{Path(path).name}[{i}]", str(exc)))
     return tasks, skipped
+
+
+# --------------------------------------------------------------------------------------------------
+# answer files of the released noisy runner
+# --------------------------------------------------------------------------------------------------
+
+_PAIR = re.compile(r"\[(\d+),(\d+)\]")
+
+
+def released_answer_lines(text: str) -> list[str]:
+    """The lines the released ``noise_data_test`` scores: ``text.split('\\n')[:-2]``."""
+    return text.split("\n")[:-2]
+
+
+def answer_lines(text: str, n_screens: int) -> list[str]:
+    """One prediction line per screen: the file's first ``n_screens`` lines (a final extra line and the trailing
+    newline ignored); screens without a line get ``error``."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines = lines[:-1]
+    lines = lines[:n_screens]
+    return lines + ["error"] * (n_screens - len(lines))
+
+
+def parse_answer_line(line: str, elements: list[UIElement]) -> tuple[Action, list[UIElement]]:
+    """A released prediction line -> (an :class:`Action`, the screen's elements with the predicted region
+    appended when the action names bounds). The action points at that appended region, so scoring reads the
+    bounds the runner wrote, whether or not they coincide with a parsed element. Unknown lines are invalid."""
+    name = line.split("(", 1)[0]
+    pairs = [(int(x), int(y)) for x, y in _PAIR.findall(line)]
+    if name in ("click", "scroll") and len(pairs) >= 2:
+        region = UIElement(name, "", (pairs[0], pairs[1]))
+        direction = line.rsplit("]", 1)[-1].split(")", 1)[0] if name == "scroll" else None
+        return Action(name, len(elements), direction=direction), [*elements, region]
+    if name == "input" and "(" in line:
+        return Action("input", None, text=line.split("(", 1)[1].rsplit(")", 1)[0]), elements
+    return Action("invalid", text=line[:80]), elements
+
+
+class _Replay:
+    """An agent that replays parsed predictions, one per screen, in order."""
+
+    def __init__(self, actions: list[Action]):
+        self.actions = list(actions)
+
+    def reset(self, task=None) -> None:
+        pass
+
+    def act(self, obs) -> Action:
+        return self.actions[obs.round] if obs.round < len(self.actions) else Action("invalid", text="no line")
+
+
+def score_answer_file(text: str, episode: dict, compat: bool = False) -> dict:
+    """Score one released answer file against its episode (:func:`load_noisy_episode`) with
+    :func:`~iclr26.sman_bench.evaluate.noisy_episode`. ``compat``: the lines of :func:`released_answer_lines`
+    and only the screens they cover, as ``noise_data_test``; default: :func:`answer_lines`, every screen."""
+    from iclr26.sman_bench.evaluate import noisy_episode
+
+    screens = episode["screens"]
+    lines = released_answer_lines(text)[: len(screens)] if compat else answer_lines(text, len(screens))
+    actions, replayed = [], []
+    for line, scr in zip(lines, screens):
+        act, els = parse_answer_line(line, scr["elements"])
+        actions.append(act)
+        replayed.append({**scr, "elements": els})
+    return noisy_episode({**episode, "screens": replayed}, _Replay(actions), compat=compat)
