@@ -37,14 +37,18 @@ def test_kinematics_hand_computed():
 
 def test_hard_braking_follows_the_official_kinematics_and_the_clamp_is_a_flag():
     # v = 2 m/s, a = -10 m/s^2 (id 0 * 3 + 1: omega = 0), dt = 0.5: official v' = 2 - 5 = -3, so the mean speed
-    # over the step is -0.5 and the box moves 0.25 m backwards; with the clamp v' = 0 and it moves +0.5 m.
+    # over the step is -0.5 and the box moves 0.25 m backwards; the state keeps the velocity vector, so the next
+    # step starts at |v'| = 3 (carry_speed="signed": -3). With the clamp v' = 0 and it moves +0.5 m.
     brake = 0 * 3 + 1
     official = MotionTokenizer(n_bins=3).step(np.array([0.0, 0.0, 0.0, 2.0]), brake)
-    np.testing.assert_allclose(official, [-0.25, 0.0, 0.0, -3.0], atol=1e-12)
+    np.testing.assert_allclose(official, [-0.25, 0.0, 0.0, 3.0], atol=1e-12)
+    signed = MotionTokenizer(n_bins=3, carry_speed="signed").step(np.array([0.0, 0.0, 0.0, 2.0]), brake)
+    np.testing.assert_allclose(signed, [-0.25, 0.0, 0.0, -3.0], atol=1e-12)
     clamped = MotionTokenizer(n_bins=3, clamp_speed=True).step(np.array([0.0, 0.0, 0.0, 2.0]), brake)
     np.testing.assert_allclose(clamped, [0.5, 0.0, 0.0, 0.0], atol=1e-12)
-    # a stopped agent (v = 0) braking: official goes to -5 m/s, the clamp keeps it at rest
-    assert MotionTokenizer(n_bins=3).step(np.zeros(4), brake)[3] == -5.0
+    # a stopped agent (v = 0) braking: official v' = -5 m/s within the step (carried as 5), the clamp keeps it at rest
+    assert MotionTokenizer(n_bins=3).step(np.zeros(4), brake)[3] == 5.0
+    assert MotionTokenizer(n_bins=3, carry_speed="signed").step(np.zeros(4), brake)[3] == -5.0
     assert MotionTokenizer(n_bins=3, clamp_speed=True).step(np.zeros(4), brake)[3] == 0.0
 
 

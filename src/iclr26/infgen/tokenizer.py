@@ -6,6 +6,11 @@ means constant velocity). One step of dt = 0.5 s::
 
     v' = v + a dt,   psi' = psi + omega dt,            (official: v' may go negative; ``clamp_speed`` clamps at 0)
     (x', y') = (x, y) + dt (v + v')/2 (cos, sin)((psi + psi')/2)
+    carried speed = |v'|                                (official: the state keeps the velocity vector
+                                                         v' (cos, sin) psi', and the next step reads its norm)
+
+So a hard brake can move an agent backwards within its step, but the next step starts forwards at |v'|
+(``carry_speed="signed"`` keeps v' < 0, the agent then keeps rolling backwards).
 
 Labels are chosen **closed-loop**: from the *reconstructed* state, every candidate is rolled one step and
 the label minimises the average corner error (ACE, mean distance of the 4 box corners to the ground-truth
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -56,8 +62,11 @@ class MotionTokenizer:
     w_max: yaw-rate range [-w_max, w_max] (rad/s).
     dt: seconds per step.
     tie_noise: weight of the radial tie-break term (towards the centre bin).
-    clamp_speed: clamp the next speed at 0 (max(0, v + a dt)); False = official kinematics (may go negative).
-        In the official kinematics hard braking can drive the speed negative (the agent then rolls backwards).
+    clamp_speed: clamp the next speed at 0 (max(0, v + a dt)); False = official kinematics (may go negative
+        within a step).
+    carry_speed: the speed the next step starts from: "norm" (official: |v + a dt|, the norm of the velocity
+        vector the official state keeps) or "signed" (v + a dt, negative after a hard brake: the agent keeps
+        rolling backwards).
     """
 
     n_bins: int = 33
@@ -66,10 +75,13 @@ class MotionTokenizer:
     dt: float = 0.5
     tie_noise: float = 1e-5
     clamp_speed: bool = False
+    carry_speed: Literal["norm", "signed"] = "norm"
 
     def __post_init__(self) -> None:
         if self.n_bins < 3 or self.n_bins % 2 == 0:
             raise ValueError(f"n_bins must be odd and >= 3, got {self.n_bins}")
+        if self.carry_speed not in ("norm", "signed"):
+            raise ValueError(f"carry_speed must be 'norm' or 'signed', got {self.carry_speed!r}")
 
     @property
     def n_actions(self) -> int:
@@ -102,7 +114,8 @@ class MotionTokenizer:
             v2 = np.maximum(0.0, v2)
         psi2 = psi + w * self.dt
         vm, pm = (v + v2) / 2, psi + w * self.dt / 2
-        return np.stack([x + vm * np.cos(pm) * self.dt, y + vm * np.sin(pm) * self.dt, wrap_angle(psi2), v2], -1)
+        carried = np.abs(v2) if self.carry_speed == "norm" else v2
+        return np.stack([x + vm * np.cos(pm) * self.dt, y + vm * np.sin(pm) * self.dt, wrap_angle(psi2), carried], -1)
 
     def ace(self, state: np.ndarray, target: np.ndarray, size: np.ndarray) -> np.ndarray:
         """Average corner error between boxes at ``state`` and ``target`` ([..., 4]) of ``size`` ([..., 2])."""
