@@ -166,3 +166,14 @@ def test_smollm2_answers_like_a_real_model(smollm2):
     # its folder carries no sampling defaults: generation settings are the caller's
     gen = model.generation_config
     assert not gen.do_sample and gen.repetition_penalty in (None, 1.0) and gen.top_p in (None, 1.0)
+
+
+def test_run_context_require_path_takes_a_checkpoint_name(fake, tmp_path):
+    from types import SimpleNamespace
+
+    from iclr26.core.experiment import ExperimentError, RunContext
+
+    ctx = RunContext("paper", (0,), tmp_path, cfg=SimpleNamespace(paper=SimpleNamespace(model="fake-lm", x="nope")))
+    assert ctx.require_path("paper.model") == ck.cache_root() / "checkpoints" / "fake-lm"
+    with pytest.raises(ExperimentError, match="no such file"):
+        ctx.require_path("paper.x")

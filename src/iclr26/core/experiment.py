@@ -214,12 +214,20 @@ class RunContext:
         return path
 
     def require_path(self, key: str) -> Path:
-        """The path in config field ``key`` (dotted), which must exist on disk (nothing is downloaded)."""
+        """The path in config field ``key`` (dotted), which must exist on disk (nothing is downloaded). A
+        registered real checkpoint name (``iclr26 models``, e.g. ``smollm2-135m-instruct``) gives its local
+        folder, built on first use."""
+        from iclr26.core.checkpoints import CheckpointError, resolve_model_dir
+
         value: Any = self.cfg
         for part in key.split("."):
             value = getattr(value, part)
         if value in (None, ""):
             raise ExperimentError(f"scale '{self.scale}' needs --set {key}=PATH (see the paper's README)")
+        try:
+            value = resolve_model_dir(str(value))
+        except (CheckpointError, ImportError) as exc:
+            raise ExperimentError(f"--set {key}={value}: {exc}") from None
         path = Path(str(value)).expanduser()
         if not path.exists():
             raise ExperimentError(f"--set {key}={value}: no such file or directory (nothing is downloaded)")

@@ -35,6 +35,7 @@ __all__ = [
     "load_local",
     "load_local_model",
     "load_local_tokenizer",
+    "pure_generation_kwargs",
     "residual_stream_modules",
     "tiny_byte_tokenizer",
     "tiny_random_causal_lm",
@@ -167,6 +168,33 @@ def load_local(
     )
     tokenizer = load_local_tokenizer(path, trust_remote_code=trust_remote_code)
     return model, tokenizer
+
+
+def pure_generation_kwargs(do_sample: bool = False, temperature: float = 1.0) -> dict[str, Any]:
+    """Keyword arguments for ``model.generate`` that make decoding exactly what they say: pure greedy
+    (``do_sample=False``: the argmax at every step) or pure sampling at ``temperature`` (no top-k, top-p,
+    typical or epsilon truncation).
+
+    ``generate`` fills every field the caller leaves unset from the model's own ``generation_config`` (a
+    checkpoint's ``generation_config.json`` may carry ``repetition_penalty``, ``no_repeat_ngram_size``,
+    ``top_k``, ``top_p``...), and a repetition penalty changes "greedy" tokens. So every such processor is set
+    here explicitly to its neutral value; pass these with the lengths and token ids of the call.
+    """
+    kw: dict[str, Any] = {
+        "do_sample": bool(do_sample),
+        "num_beams": 1,
+        "repetition_penalty": 1.0,
+        "encoder_repetition_penalty": 1.0,
+        "no_repeat_ngram_size": 0,
+        "encoder_no_repeat_ngram_size": 0,
+        "min_new_tokens": 0,
+        "renormalize_logits": False,
+    }
+    if do_sample:
+        if not temperature > 0:
+            raise ValueError(f"sampling needs a temperature > 0, got {temperature}")
+        kw.update(temperature=float(temperature), top_k=0, top_p=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
+    return kw
 
 
 # --------------------------------------------------------------------------------------------------

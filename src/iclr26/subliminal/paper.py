@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.hf import pure_generation_kwargs
 
 from .data import number_reject_reasons, read_jsonl, wilson_interval, write_jsonl_readonly
 from .divergence import DivergenceResult, divergence_positions
@@ -219,11 +220,9 @@ def generate_number_data(
             for p in chunk
         ]
         ids, att = _left_pad(heads, pad)
-        kw = (
-            {"do_sample": False, "num_beams": 1}
-            if strategy == "greedy"
-            else {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
-        )
+        # pure greedy / pure T=1 sampling, as the official script passes them: nothing from the model's own
+        # generation_config (a repetition penalty there would make "greedy" data fail its own greedy check)
+        kw = pure_generation_kwargs(do_sample=strategy == "sample", temperature=1.0)
         gen = model.generate(
             input_ids=ids.to(device),
             attention_mask=att.to(device),
@@ -262,9 +261,7 @@ def preference_rate_hf(
         gen = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            do_sample=True,
-            temperature=temperature,
-            top_k=0,
+            **pure_generation_kwargs(do_sample=True, temperature=temperature),
             max_new_tokens=max_new_tokens,
             num_return_sequences=n,
             pad_token_id=pad,
