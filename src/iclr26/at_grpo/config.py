@@ -57,11 +57,14 @@ class LLMConfig:
     """Paper scale: Hugging Face causal LMs from a local folder as the agents (nothing downloads).
 
     model_path: local checkpoint folder (e.g. a saved Qwen3-1.7B); required at paper scale.
-    dtype: weight dtype on the device ("bfloat16" as the official FSDP actor; "float32" on CPU).
+    dtype: weight dtype of the frozen base under LoRA on the device ("bfloat16" as the official FSDP actor);
+        trained weights are always float32 (LoRA adapters; full fine-tuning keeps float32 master weights), and
+        everything is float32 on CPU.
     max_new_tokens: response budget per agent turn (tool program / plan list).
     temperature: sampling temperature of training rollouts (official train config: 1.0).
     micro_batch_size: responses per forward/backward (gradient accumulation); 0 = the whole batch at once.
-    lora_rank: LoRA rank per role policy via peft (official L2: 16); 0 = full fine-tuning (official L3).
+    lora_rank: LoRA rank per role policy via peft (default: official L2, 16); 0 = full fine-tuning (official L3,
+        in float32).
     lora_alpha: LoRA alpha (official L2: 32).
     gradient_checkpointing: recompute activations in the backward pass (memory of the first update).
     """
@@ -71,7 +74,7 @@ class LLMConfig:
     max_new_tokens: int = 24
     temperature: float = 1.0
     micro_batch_size: int = 8
-    lora_rank: int = 0
+    lora_rank: int = 16
     lora_alpha: int = 32
     gradient_checkpointing: bool = True
 

@@ -72,30 +72,45 @@ def arm_setup(arm: str, base: ATGRPOConfig) -> tuple[tuple[str, ...], ATGRPOConf
     return table[arm]
 
 
+def load_policy_model(llm: Any, device: str = "cpu") -> tuple[Any, Any]:
+    """One trainable Hugging Face role policy, ``(model, tokenizer)``, in train mode.
+
+    Every weight the optimiser updates is float32: with LoRA (the default, official L2) the frozen base is in
+    ``llm.dtype`` and the adapters are float32; full fine-tuning (``lora_rank=0``, official L3) keeps the whole
+    model in float32 (master weights). A bf16 weight does not move under the paper's lr 1e-6: near 0.02 its
+    spacing is ~1e-4, so Adam's ~lr-sized first steps round away. On CPU everything is float32.
+    """
+    from iclr26.core.hf import load_local
+
+    full = llm.lora_rank <= 0
+    dtype = None if device == "cpu" or full else llm.dtype
+    model, tok = load_local(llm.model_path, dtype=dtype, device=device)
+    if llm.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = True  # generation keeps its KV cache; the update recomputes activations
+    if not full:  # official L2: one LoRA adapter per role policy
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(r=llm.lora_rank, lora_alpha=llm.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"),
+        )
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    model.train()
+    return model, tok
+
+
 def policy_factory(cfg: RunConfig, scale: str, device: str = "cpu"):
     """Tiny from-scratch policies (smoke/small) or Hugging Face causal LMs from a local path (paper)."""
     if scale != "paper":
         obs_dim = PlanPathBatch.obs_dim(cfg.env.size, cfg.schedule.max_turns, cfg.env.show_position)
         return lambda name: TinyPolicy(obs_dim, hidden=cfg.schedule.hidden, constrained=cfg.env.constrained_decoding)
-    from iclr26.core.hf import load_local
-
     llm = cfg.llm
 
     def make(name: str) -> Any:
-        model, tok = load_local(llm.model_path, dtype=llm.dtype if device != "cpu" else None, device=device)
-        if llm.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-            model.gradient_checkpointing_enable()
-            model.config.use_cache = True  # generation keeps its KV cache; the update recomputes activations
-        if llm.lora_rank > 0:  # official L2: one LoRA adapter per role policy
-            from peft import LoraConfig, get_peft_model
-
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=llm.lora_rank, lora_alpha=llm.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
-                ),
-            )
-        model.train()
+        model, tok = load_policy_model(llm, device)
         return HFPolicy(
             model,
             tok,
