@@ -160,9 +160,43 @@ def load_pope(path: str | Path, image_root: str | Path | None = None) -> list[Ro
     return rows
 
 
+def processor_image_tokens(processor, inputs: dict, config=None) -> int:
+    """How many image tokens the processor of this model family writes for ``inputs`` (one prompt): the count
+    the prompt must hold, from the processor's own rule, not a config field:
+
+    * Qwen2-VL / Qwen2.5-VL (``image_grid_thw`` in the inputs): t * h * w patches per image, merged
+      ``merge_size x merge_size`` -> ``sum(t h w) / merge_size^2``;
+    * LLaVA-NeXT (``image_sizes``; anyres): the processor's feature count for each image's original size and
+      the crop size, minus the CLS slot under the "default" feature strategy -- it varies with the image;
+    * fixed-count families (LLaVA-1.5, Gemma 3, PaliGemma): the processor's ``num_image_tokens`` /
+      ``image_seq_length``, else the config's ``image_seq_length``.
+    """
+    if "image_grid_thw" in inputs:
+        merge = getattr(getattr(processor, "image_processor", None), "merge_size", None)
+        if merge is None and config is not None:
+            merge = getattr(getattr(config, "vision_config", None), "spatial_merge_size", None)
+        return int(torch.as_tensor(inputs["image_grid_thw"]).prod(-1).sum()) // int(merge or 2) ** 2
+    if "image_sizes" in inputs and hasattr(processor, "_get_number_of_features"):
+        h, w = (int(x) for x in inputs["pixel_values"].shape[-2:])
+        total = 0
+        for oh, ow in torch.as_tensor(inputs["image_sizes"]).reshape(-1, 2).tolist():
+            n = int(processor._get_number_of_features(int(oh), int(ow), h, w))
+            total += n - 1 if getattr(processor, "vision_feature_select_strategy", "default") == "default" else n
+        return total
+    for owner, name in ((processor, "num_image_tokens"), (processor, "image_seq_length"), (config, "image_seq_length")):
+        n = getattr(owner, name, None) if owner is not None else None
+        if n:
+            return int(n)
+    raise ValueError(
+        f"cannot tell how many image tokens {type(processor).__name__} writes per image "
+        "(no image_grid_thw / image_sizes in its output and no image_seq_length)"
+    )
+
+
 def image_token_span(input_ids: torch.Tensor, image_token_id: int, expected: int, row: int = -1) -> slice:
     """The contiguous span of image tokens in one prompt [T]; ValueError naming the row if the count is
-    not ``expected`` (the processor's image-token count) or the span is not contiguous."""
+    not ``expected`` (the processor's image-token count, :func:`processor_image_tokens`) or the span is not
+    contiguous."""
     pos = (input_ids == image_token_id).nonzero().flatten()
     if len(pos) != expected:
         raise ValueError(f"row {row}: {len(pos)} image tokens, the config expects {expected}")

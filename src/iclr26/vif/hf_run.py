@@ -23,7 +23,15 @@ import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from iclr26.vif.config import ViFConfig
-from iclr26.vif.hf import Row, ViFAttention, image_token_span, load_pope, register_vif_attention, vif_attention
+from iclr26.vif.hf import (
+    Row,
+    ViFAttention,
+    image_token_span,
+    load_pope,
+    processor_image_tokens,
+    register_vif_attention,
+    vif_attention,
+)
 from iclr26.vif.method import INACTIVE, Reallocation, classify, hs_score
 
 
@@ -42,14 +50,20 @@ def agent_prompt(question: str, upstream: list[str]) -> str:
 @dataclass
 class HFAgent:
     """A VLM as an agent. encode(prompt, image) -> model inputs (batch 1, with pixel_values);
-    yes_id / no_id: answer token ids; image_token_id / n_image_tokens: the config's image-token layout."""
+    yes_id / no_id: answer token ids; image_token_id: the image placeholder id; n_image_tokens: the image-token
+    count per prompt, a number or ``count(inputs)`` (the processor's rule, :func:`.hf.processor_image_tokens`:
+    LLaVA-NeXT's anyres count depends on the image)."""
 
     model: torch.nn.Module
     encode: Callable[[str, object], dict]
     yes_id: int
     no_id: int
     image_token_id: int
-    n_image_tokens: int
+    n_image_tokens: int | Callable[[dict], int]
+
+    def expected_image_tokens(self, inputs: dict) -> int:
+        n = self.n_image_tokens
+        return int(n(inputs)) if callable(n) else int(n)
 
     @property
     def n_layers(self) -> int:
@@ -71,7 +85,7 @@ def vif_logit(agent: HFAgent, inputs: dict, vcfg: ViFConfig, row: int = -1) -> f
     """Probe (layer curves of the image tokens) -> classify -> reallocated answer."""
     shallow, middle, deep = bands_for(agent.n_layers)
     ids = inputs["input_ids"][0]
-    span = image_token_span(ids, agent.image_token_id, agent.n_image_tokens, row)
+    span = image_token_span(ids, agent.image_token_id, agent.expected_image_tokens(inputs), row)
     probe = ViFAttention(tuple(range(agent.n_layers)), None, record=True)
     agent.logit(inputs, probe)
     curves = torch.stack([probe.curves[layer][:, span] for layer in range(agent.n_layers)], -1).cpu()
@@ -168,8 +182,12 @@ def _load_agent(model_path, device) -> HFAgent:
         return {k: v.to(device) for k, v in proc(images=image, text=text, return_tensors="pt").items()}
 
     yes, no = tok.encode("Yes", add_special_tokens=False)[0], tok.encode("No", add_special_tokens=False)[0]
-    n_img = int(getattr(model.config, "image_seq_length", 0) or 0)
-    return HFAgent(model, encode, yes, no, int(model.config.image_token_id), n_img)
+    image_token_id = getattr(model.config, "image_token_id", None)
+    if image_token_id is None:
+        image_token_id = model.config.image_token_index  # LLaVA-NeXT's name for it
+    return HFAgent(
+        model, encode, yes, no, int(image_token_id), lambda inputs: processor_image_tokens(proc, inputs, model.config)
+    )
 
 
 def run_paper(ctx: RunContext) -> RunOutput:
