@@ -16,12 +16,15 @@ class PaperConfig:
     corpus_dir: corpus folder in the released layout (apps with their action maps and page graphs).
     tasks: tasks JSON file (complete / easy instructions, step instructions, gold paths, Q&A).
     noisy_dir: split=noisy: a released noisy folder (<N>.json trajectories + <N>-<k>.xml screens).
-    agent: oracle | oracle_gold | lexical | lexical_shortcut | random | llm.
+    agent: oracle | oracle_gold | lexical | lexical_shortcut | random | llm (HTTP endpoint) | llm_local (a local
+        Hugging Face causal LM, greedy).
     workers: evaluation processes.
     limit: first N tasks only (0 = all).
     base_url: agent=llm: an OpenAI-compatible endpoint, e.g. http://HOST:PORT/v1.
     model: agent=llm: the model name sent to the endpoint.
     api_key_env: agent=llm: environment variable holding the API key (the key never enters config.json).
+    model_path: agent=llm_local: local model folder or a registered checkpoint name (`iclr26 models`).
+    max_tokens: agent=llm / llm_local: new tokens per reply (the released config: 300).
     seed: seed of the random agent.
     max_rounds: multi-path walk limit (20 for simple tasks, 25 for complex ones).
     """
@@ -36,6 +39,8 @@ class PaperConfig:
     base_url: str = ""
     model: str = "default"
     api_key_env: str = ""
+    model_path: str = ""
+    max_tokens: int = 300
     seed: int = 0
     max_rounds: int = 20
 

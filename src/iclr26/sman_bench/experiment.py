@@ -235,6 +235,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
         opts["base_url"] = pc.base_url
     if pc.api_key_env:
         opts["api_key_env"] = pc.api_key_env
+    if pc.model_path:
+        opts["model_path"], opts["max_tokens"] = str(ctx.require_path("paper.model_path")), pc.max_tokens
     try:
         if pc.split == "noisy":
             res = evaluate_noisy_dir(ctx.require_path("paper.noisy_dir"), agent=pc.agent, options=opts)

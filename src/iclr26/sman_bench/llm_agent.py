@@ -1,4 +1,5 @@
-"""An LLM agent for any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, OpenAI) via :mod:`iclr26.core.http`.
+"""An LLM agent for any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, OpenAI) via :mod:`iclr26.core.http`,
+or for a local Hugging Face causal LM with a chat template (:class:`LocalChat`, ``agent=llm_local``).
 
 AppAgent-style text prompt (spec §3.3): the task, the current step instruction (if any), the last
 actions ("Summary" memory) and the element list tagged ``c1..`` (clicks), ``i1..`` (inputs), ``s1..``
@@ -123,11 +124,57 @@ def chat(cfg: LLMConfig, messages: list[dict]) -> ChatResult:
     return cfg.client().chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens)
 
 
-class LLMAgent:
-    """AppAgent-v1-style single agent over an OpenAI-compatible endpoint."""
+class LocalChat:
+    """A local Hugging Face causal LM (a folder, or a registered name from ``iclr26 models``) as the chat endpoint:
+    its chat template, pure greedy decoding (the released config's temperature 0), at most ``max_tokens`` new
+    tokens. Any failure (a template error, a generation error) is a handled :class:`ChatResult`, as over HTTP."""
 
-    def __init__(self, cfg: LLMConfig):
-        self.cfg = cfg
+    def __init__(self, model_path: str, max_tokens: int = 300, device: str = "cpu"):
+        from iclr26.core.hf import load_local
+
+        self.model, self.tokenizer = load_local(model_path, device=device)
+        self.max_tokens, self.device = int(max_tokens), device
+
+    def __call__(self, messages: list[dict]) -> ChatResult:
+        import torch
+
+        from iclr26.core.hf import pure_generation_kwargs
+
+        try:
+            enc = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            ).to(self.device)
+            tok = self.tokenizer
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            with torch.no_grad():
+                out = self.model.generate(
+                    **enc, max_new_tokens=self.max_tokens, pad_token_id=pad, **pure_generation_kwargs()
+                )
+            text = self.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        except Exception as exc:  # noqa: BLE001 - a local model failure is an invalid step, never a crash
+            return ChatResult(False, error="local_model", message=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return ChatResult(True, content=text)
+
+
+_LOCAL: dict[tuple[str, int, str], LocalChat] = {}
+
+
+def local_chat(model_path: str, max_tokens: int = 300, device: str = "cpu") -> LocalChat:
+    """One :class:`LocalChat` per (model, length, device) per process: agents are made per episode."""
+    key = (str(model_path), int(max_tokens), device)
+    if key not in _LOCAL:
+        _LOCAL[key] = LocalChat(model_path, max_tokens, device)
+    return _LOCAL[key]
+
+
+class LLMAgent:
+    """AppAgent-v1-style single agent over an OpenAI-compatible endpoint (``cfg``) or a local chat callable
+    (``chat_fn(messages) -> ChatResult``, e.g. :class:`LocalChat`)."""
+
+    def __init__(self, cfg: LLMConfig | None = None, chat_fn=None):
+        if (cfg is None) == (chat_fn is None):
+            raise ValueError("LLMAgent needs exactly one of cfg (an HTTP endpoint) or chat_fn (a local model)")
+        self.cfg, self.chat_fn = cfg, chat_fn
         self.errors: list[str] = []
 
     def reset(self, task):
@@ -135,7 +182,7 @@ class LLMAgent:
 
     def act(self, obs: Observation) -> Action:
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": build_prompt(obs)}]
-        reply = chat(self.cfg, messages)
+        reply = self.chat_fn(messages) if self.chat_fn is not None else chat(self.cfg, messages)
         if not reply.ok:
             self.errors.append(f"{reply.error}: {reply.message}")
             return Action("invalid", text=f"endpoint error: {reply.error}")

@@ -20,7 +20,7 @@ from iclr26.sman_bench.corpus import Corpus, load_corpus
 from iclr26.sman_bench.evaluate import mean_metrics, multi_path_episode, single_path_episode
 from iclr26.sman_bench.instructions import Task
 
-AGENTS = ("oracle", "oracle_gold", "lexical", "lexical_shortcut", "random", "llm")
+AGENTS = ("oracle", "oracle_gold", "lexical", "lexical_shortcut", "random", "llm", "llm_local")
 
 
 def task_from_record(rec: dict, corpus: Corpus) -> Task:
@@ -88,6 +88,12 @@ def make_agent(name: str, corpus: Corpus, options: dict | None = None):
             if not key:
                 raise ValueError(f"api_key_env={options['api_key_env']}: that environment variable is not set")
         return LLMAgent(LLMConfig(options["base_url"], model=options.get("model", "default"), api_key=key))
+    if name == "llm_local":
+        from iclr26.sman_bench.llm_agent import LLMAgent, local_chat
+
+        if not options.get("model_path"):
+            raise ValueError("agent=llm_local needs model_path=FOLDER (or a registered name, see `iclr26 models`)")
+        return LLMAgent(chat_fn=local_chat(options["model_path"], int(options.get("max_tokens", 300))))
     raise ValueError(f"unknown agent {name!r}; valid: {', '.join(AGENTS)}")
 
 
