@@ -65,7 +65,8 @@ class OpenAICompatBackend:
 
 
 class HFBackend:
-    """Greedy generation from a local Hugging Face causal LM (a path, or an already loaded model/tokenizer)."""
+    """Pure greedy generation from a local Hugging Face causal LM (a folder, a registered name from ``iclr26 models``,
+    or an already loaded model/tokenizer) through its chat template."""
 
     def __init__(
         self,
@@ -89,22 +90,32 @@ class HFBackend:
         self.max_prompt_tokens = max_prompt_tokens or max(1, int(limit) - max_new_tokens)
         self.name = f"hf:{path or type(model).__name__}"
 
+    @property
+    def _templated(self) -> bool:
+        return bool(getattr(self.tok, "chat_template", None))
+
     def _prompt(self, messages: list[dict]) -> str:
-        if getattr(self.tok, "chat_template", None):
+        if self._templated:
             return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
 
     def complete(self, role: str, messages: list[dict]) -> str:
         import torch
 
-        ids = self.tok(self._prompt(messages), return_tensors="pt")["input_ids"]
+        from iclr26.core.hf import pure_generation_kwargs
+
+        # the chat template adds the special tokens itself (a second BOS would be out of distribution)
+        ids = self.tok(self._prompt(messages), return_tensors="pt", add_special_tokens=not self._templated)["input_ids"]
         ids = ids[:, -self.max_prompt_tokens :]  # keep the end (the request) when the prompt is too long
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         with torch.no_grad():
             out = self.model.generate(
                 ids.to(self.device),
+                attention_mask=torch.ones_like(ids).to(self.device),
                 max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                pad_token_id=getattr(self.tok, "pad_token_id", None) or 0,
+                pad_token_id=0 if pad is None else pad,
+                # pure greedy: no repetition penalty / top-k / top-p filled in from the checkpoint's generation_config
+                **pure_generation_kwargs(),
             )
         return self.tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 

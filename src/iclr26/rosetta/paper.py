@@ -85,9 +85,18 @@ def make_router(cfg: BackendConfig, transcript: str | Path | None = None) -> Rol
         coder = OpenAICompatBackend(cfg.base_url, cfg.code_model or cfg.model, key, cfg.deadline_s)
         return RoleRouter(main, {r: coder for r in CODE_ROLES}, transcript)
     if cfg.kind == "hf":
-        if not cfg.hf_path or not Path(cfg.hf_path).exists():
-            raise ExperimentError(f"backend.kind=hf needs --set backend.hf_path=LOCAL_DIR (got {cfg.hf_path!r})")
-        return RoleRouter(HFBackend(cfg.hf_path, max_new_tokens=cfg.max_new_tokens), transcript=transcript)
+        from iclr26.core.checkpoints import CheckpointError, resolve_model_dir
+
+        try:  # a registered name (``iclr26 models``, e.g. smollm2-135m-instruct) -> its local folder
+            path = resolve_model_dir(cfg.hf_path) if cfg.hf_path else ""
+        except CheckpointError as e:
+            raise ExperimentError(f"backend.hf_path={cfg.hf_path}: {e}") from e
+        if not path or not Path(path).is_dir():
+            raise ExperimentError(
+                "backend.kind=hf needs --set backend.hf_path=LOCAL_DIR or a name from `iclr26 models` "
+                f"(got {cfg.hf_path!r})"
+            )
+        return RoleRouter(HFBackend(path, max_new_tokens=cfg.max_new_tokens), transcript=transcript)
     from .standin import ScriptedOfflineBackend
 
     return RoleRouter(ScriptedOfflineBackend(), transcript=transcript)
