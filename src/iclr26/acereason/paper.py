@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.hf import pure_generation_kwargs
 from iclr26.core.sandbox import SandboxLimits, run_untrusted
 
 from .entropy import calibrate_temperature, temperature_adjusted_entropy
@@ -163,10 +164,7 @@ def hf_rollout_entropy(
     torch.manual_seed(seed)
     out = model.generate(
         **enc,
-        do_sample=True,
-        temperature=float(temperature),
-        top_p=1.0,
-        top_k=0,
+        **pure_generation_kwargs(do_sample=True, temperature=float(temperature)),  # nothing from the model's config
         max_new_tokens=max_new_tokens,
         num_return_sequences=n,
         pad_token_id=tokenizer.pad_token_id,
