@@ -1,9 +1,11 @@
 """The LLM agent on a local model (agent=llm_local), end to end on the real SmolLM2-135M-Instruct: the chat
-template is applied, the reply is words, and whatever it writes becomes an Action (never a crash)."""
+template is applied, greedy decoding answers as only a trained model does, and whatever it writes becomes an
+Action (never a crash); decoding is pure greedy whatever the checkpoint's generation_config says."""
 
 import pytest
 from test_sman_bench_llm import _obs
 
+from iclr26.sman_bench import llm_agent
 from iclr26.sman_bench.evaluate import ACTION_KINDS
 from iclr26.sman_bench.llm_agent import LLMAgent, LocalChat, local_chat
 from iclr26.sman_bench.paper import make_agent
@@ -14,19 +16,57 @@ def test_agent_needs_exactly_one_backend():
         LLMAgent()
     with pytest.raises(ValueError, match="model_path"):
         make_agent("llm_local", None, {})
+    with pytest.raises(ValueError, match="LocalChat needs"):
+        LocalChat()
+
+
+def test_llm_local_loads_its_model_once_per_process(monkeypatch):
+    made = []
+
+    class Fake:
+        def __init__(self, path, max_tokens, device):
+            made.append((path, max_tokens, device))
+
+    monkeypatch.setattr(llm_agent, "LocalChat", Fake)
+    monkeypatch.setattr(llm_agent, "_LOCAL", {})
+    a = make_agent("llm_local", None, {"model_path": "smollm2-135m-instruct", "max_tokens": 32})
+    b = make_agent("llm_local", None, {"model_path": "smollm2-135m-instruct", "max_tokens": 32})
+    assert made == [("smollm2-135m-instruct", 32, "cpu")] and a.chat_fn is b.chat_fn
+    assert local_chat("smollm2-135m-instruct", 8) is not a.chat_fn  # another length: another entry
 
 
 @pytest.mark.real
-def test_local_model_acts_through_its_chat_template(smollm2_dir):
-    chat = local_chat(str(smollm2_dir), max_tokens=32)
-    assert local_chat(str(smollm2_dir), max_tokens=32) is chat  # loaded once per process
-    reply = chat([{"role": "user", "content": "Say hello in one word."}])
-    assert reply.ok and any(c.isalpha() for c in reply.content), reply
-    agent = make_agent("llm_local", None, {"model_path": str(smollm2_dir), "max_tokens": 32})
+def test_local_model_acts_through_its_chat_template(smollm2):
+    model, tok = smollm2
+    chat = LocalChat(model=model, tokenizer=tok, max_tokens=12)
+    reply = chat([{"role": "user", "content": "What is the capital of France?"}])
+    assert reply.ok and "Paris" in reply.content, reply  # a trained model through its chat template
+    agent = LLMAgent(chat_fn=LocalChat(model=model, tokenizer=tok, max_tokens=24))
     action = agent.act(_obs())
     assert action.kind in ACTION_KINDS and not agent.errors
-    broken = LocalChat.__new__(LocalChat)
-    broken.model, broken.tokenizer, broken.max_tokens, broken.device = chat.model, None, 8, "cpu"
+    broken = LocalChat(model=model, tokenizer=tok, max_tokens=8)
+    broken.tokenizer = None
     bad = broken([{"role": "user", "content": "x"}])
     assert not bad.ok and bad.error == "local_model"
     assert LLMAgent(chat_fn=broken).act(_obs()).kind == "invalid"
+
+
+def test_local_chat_is_pure_greedy_whatever_the_generation_config():
+    torch = pytest.importorskip("torch")
+    from iclr26.core.hf import tiny_random_causal_lm
+
+    model, tok = tiny_random_causal_lm(arch="llama", seed=3)
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    model.generation_config.repetition_penalty = 20.0
+    model.generation_config.no_repeat_ngram_size = 1
+    model.generation_config.top_k = 3
+    model.generation_config.eos_token_id = None
+    messages = [{"role": "user", "content": "Hello"}]
+    out = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = start = out["input_ids"]
+    for _ in range(10):  # the argmax at every step
+        with torch.no_grad():
+            ids = torch.cat([ids, model(ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    want = tok.decode(ids[0, start.shape[1] :], skip_special_tokens=True)
+    assert LocalChat(model=model, tokenizer=tok, max_tokens=10)([*messages]).content == want

@@ -129,10 +129,16 @@ class LocalChat:
     its chat template, pure greedy decoding (the released config's temperature 0), at most ``max_tokens`` new
     tokens. Any failure (a template error, a generation error) is a handled :class:`ChatResult`, as over HTTP."""
 
-    def __init__(self, model_path: str, max_tokens: int = 300, device: str = "cpu"):
-        from iclr26.core.hf import load_local
+    def __init__(
+        self, model_path: str | None = None, max_tokens: int = 300, device: str = "cpu", *, model=None, tokenizer=None
+    ):
+        if model is None or tokenizer is None:
+            if not model_path:
+                raise ValueError("LocalChat needs a model folder (or registered name) or a loaded model and tokenizer")
+            from iclr26.core.hf import load_local
 
-        self.model, self.tokenizer = load_local(model_path, device=device)
+            model, tokenizer = load_local(model_path, device=device)
+        self.model, self.tokenizer = model, tokenizer
         self.max_tokens, self.device = int(max_tokens), device
 
     def __call__(self, messages: list[dict]) -> ChatResult:
