@@ -49,7 +49,9 @@ def _read_hf_config(source: Any) -> dict[str, Any]:
         return dict(source)
     if hasattr(source, "to_dict"):
         return source.to_dict()
-    path = Path(source).expanduser()
+    from iclr26.core.checkpoints import resolve_model_dir
+
+    path = Path(resolve_model_dir(source)).expanduser()  # a registered name (``iclr26 models``) -> its folder
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
