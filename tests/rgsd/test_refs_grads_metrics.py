@@ -1,0 +1,230 @@
+"""RGSD: which tensor feeds which term, where gradients flow and stop, and the diagnostics on asymmetric inputs.
+
+Gradient table (RGSD Sec. 3.2-3.3; METRA, Park et al. 2024, Eq. for L_φ and L_λ):
+
+| loss term                         | nonzero gradient               | exactly zero / none          |
+|-----------------------------------|--------------------------------|------------------------------|
+| InfoNCE (phase 1)                 | encoder via anchors AND positives | --                        |
+| disc_loss nll  −κ μ_φ'(s)ᵀz       | q_φ' (disc copy)               | q_φ (frozen): no grad        |
+| disc_loss KL(q_φ' ‖ q_φ)          | q_φ' through μ_φ'              | q_φ (frozen, under no_grad)  |
+| imitation / discovery reward      | none (no_grad)                 | every parameter              |
+| METRA L_φ = −(gain + sg(λ)·cst)   | φ                              | log λ                        |
+| METRA L_λ = λ · sg(cst)           | log λ                          | φ                            |
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from iclr26.rgsd.encoder import RGSDEncoder, _auc, _pair_batch, alignment_stats, contrastive_pretrain, info_nce
+from iclr26.rgsd.metrics import metra_cycle_ratio, pairwise_diversity, skill_realisation
+from iclr26.rgsd.reward import METRA, RGSDReward
+from iclr26.rgsd.trainer import _reward
+from iclr26.rgsd.vmf import vmf_kl
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _perturbed_reward(kappa=5.0, beta=2.0):
+    torch.manual_seed(1)
+    enc = RGSDEncoder(6, k=4, hidden=(16,))
+    rew = RGSDReward(enc, kappa=kappa, beta=beta, offset=0.0, scale=1.0)
+    with torch.no_grad():  # move the trainable copy away from the grounded encoder
+        for p in rew.disc.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    return rew
+
+
+# ---------------------------------------------------------------- references
+
+
+def test_imitation_reward_reads_frozen_encoder_and_discovery_reads_copy():
+    rew = _perturbed_reward()
+    s = torch.randn(20, 6)
+    z = F.normalize(torch.randn(20, 4), dim=-1)
+    with torch.no_grad():
+        mu, mu_d = rew.frozen(s), rew.disc(s)
+    assert (mu - mu_d).abs().max() > 0.05  # the two encoders differ on these states
+    assert torch.allclose(rew.imitation_reward(s, z), 5.0 * (mu * z).sum(-1), atol=1e-5)
+    assert torch.allclose(rew.discovery_reward(s, z), 5.0 * (mu_d * z).sum(-1), atol=1e-5)
+
+
+def test_reward_of_a_transition_reads_the_next_state():
+    """r(s_t, a_t) is scored on s_{t+1} (the state the action reached), for RGSD, imitation and DIAYN arms."""
+    rew = _perturbed_reward()
+    s, s2 = torch.randn(8, 6), torch.randn(8, 6)
+    z = F.normalize(torch.randn(8, 4), dim=-1)
+    imit = torch.tensor([True, False] * 4)
+    got = _reward("rgsd", rew, s, s2, z, imit)
+    assert torch.allclose(got, rew.reward(s2, z, imit))
+    assert not torch.allclose(got, rew.reward(s, z, imit), atol=1e-3)
+
+
+def test_kl_anchor_uses_the_anchor_states_not_the_discovery_states():
+    rew = _perturbed_reward(beta=3.0)
+    s, s_anchor = torch.randn(16, 6), 3.0 * torch.randn(16, 6) + 1.0
+    z = F.normalize(torch.randn(16, 4), dim=-1)
+    loss, st = rew.disc_loss(s, z, s_anchor)
+    with torch.no_grad():
+        nll = -5.0 * (rew.disc(s) * z).sum(-1).mean()
+        kl_anchor = vmf_kl(rew.disc(s_anchor), rew.frozen(s_anchor), 5.0).mean()
+        kl_s = vmf_kl(rew.disc(s), rew.frozen(s), 5.0).mean()
+    assert abs(float(kl_anchor) - float(kl_s)) > 1e-3
+    assert float(loss.detach()) == pytest.approx(float(nll + 3.0 * kl_anchor), abs=1e-5)
+    assert st["disc_kl"] == pytest.approx(float(kl_anchor), abs=1e-5)
+
+
+def test_metra_reward_is_phi_next_minus_phi_now():
+    torch.manual_seed(0)
+    m = METRA(3, 3, hidden=(8,))
+    m.phi = nn.Identity()
+    s = torch.tensor([[0.0, 1.0, 2.0]])
+    s2 = torch.tensor([[1.0, 3.0, 2.0]])
+    z = torch.tensor([[1.0, 0.0, 0.0]])
+    assert float(m.reward(s, s2, z)) == pytest.approx(1.0)
+    assert float(m.reward(s2, s, z)) == pytest.approx(-1.0)
+
+
+# ---------------------------------------------------------------- gradient flow
+
+
+def _grads(loss, params):
+    g = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if gi is None else gi for p, gi in zip(params, g)]
+
+
+def test_disc_loss_gradients_reach_only_the_copy_and_match_the_formula():
+    rew = _perturbed_reward(beta=4.0)
+    s, s_anchor = torch.randn(12, 6), torch.randn(12, 6)
+    z = F.normalize(torch.randn(12, 4), dim=-1)
+    disc_params = list(rew.disc.parameters())
+    assert all(not p.requires_grad for p in rew.frozen.parameters())
+    # nll alone (β = 0 path of the same function): gradient equals that of −κ μ_φ'(s)ᵀz
+    rew.beta = 0.0
+    loss0, _ = rew.disc_loss(s, z, s_anchor)
+    g0 = _grads(loss0, disc_params)
+    ref0 = _grads(-5.0 * (rew.disc(s) * z).sum(-1).mean(), disc_params)
+    assert sum(float(g.abs().sum()) for g in g0) > 1e-3
+    for a, b in zip(g0, ref0):
+        assert torch.allclose(a, b, atol=1e-6)
+    # KL term alone: the gradient flows through μ_φ' with μ_φ held fixed
+    kl = rew.kl_to_grounded(s_anchor).mean()
+    gk = _grads(kl, disc_params)
+    with torch.no_grad():
+        mu = rew.frozen(s_anchor)
+    refk = _grads(-(rew.disc(s_anchor) * mu).sum(-1).mean() * 5.0 * rew.a_k, disc_params)
+    assert sum(float(g.abs().sum()) for g in gk) > 1e-4
+    for a, b in zip(gk, refk):
+        assert torch.allclose(a, b, atol=1e-6)
+    # full loss: backward leaves the frozen encoder without gradients
+    rew.beta = 4.0
+    loss, _ = rew.disc_loss(s, z, s_anchor)
+    loss.backward()
+    assert all(p.grad is None for p in rew.frozen.parameters())
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in rew.disc.parameters())
+
+
+def test_rewards_carry_no_gradient():
+    rew = _perturbed_reward()
+    s = torch.randn(4, 6, requires_grad=True)
+    z = F.normalize(torch.randn(4, 4), dim=-1)
+    assert not rew.imitation_reward(s, z).requires_grad
+    assert not rew.discovery_reward(s, z).requires_grad
+
+
+def test_metra_dual_and_phi_gradients_are_separated():
+    torch.manual_seed(3)
+    m = METRA(5, 3, hidden=(8,), eps=1e-3, lam_init=30.0)
+    with torch.no_grad():  # large steps so the constraint is active (cst < eps, nonzero)
+        m.phi[-1].weight.mul_(10.0)
+    s, s2 = torch.randn(16, 5), torch.randn(16, 5)
+    z = F.normalize(torch.randn(16, 3), dim=-1)
+    loss, st = m.loss(s, s2, z)
+    phi_params = list(m.phi.parameters())
+    g_lam = torch.autograd.grad(loss, [m.log_lam], retain_graph=True)[0]
+    g_phi = _grads(loss, phi_params)
+    d = m.phi(s2) - m.phi(s)
+    cst = torch.clamp(1.0 - (d**2).sum(-1), max=m.eps).mean()
+    assert abs(float(cst)) > 1e-2
+    # d/dlogλ of λ·sg(cst) = λ·cst; the φ loss carries sg(λ), so adds nothing
+    assert float(g_lam) == pytest.approx(float(m.lam * cst), rel=1e-5)
+    # φ's gradient is that of −(gain + sg(λ)·cst) only; L_λ uses sg(cst)
+    gain = (d * z).sum(-1).mean()
+    ref_phi = _grads(-(gain + m.lam.detach() * cst), phi_params)
+    for a, b in zip(g_phi, ref_phi):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_infonce_pretraining_updates_through_anchor_and_positive():
+    """One Adam step of contrastive_pretrain equals one step on InfoNCE with gradients through both views."""
+    torch.manual_seed(0)
+    motions = [torch.randn(10, 6) + i for i in range(3)]
+    enc = RGSDEncoder(6, k=4, hidden=(8,))
+    ref = copy.deepcopy(enc)
+    contrastive_pretrain(enc, motions, kappa=4.0, steps=1, motions_per_batch=3, pairs_per_motion=4, lr=1e-2, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    za, zp, labels = _pair_batch(motions, 3, 4, gen)
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    ref.train()
+    info_nce(ref(za), ref(zp), labels, 4.0).backward()
+    opt.step()
+    for a, b in zip(enc.parameters(), ref.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    # and the detached-positive variant is a different update (the test can tell them apart)
+    ref2 = copy.deepcopy(ref)
+    g_both = _grads(info_nce(ref2(za), ref2(zp), labels, 4.0), list(ref2.parameters()))
+    g_anchor = _grads(info_nce(ref2(za), ref2(zp).detach(), labels, 4.0), list(ref2.parameters()))
+    assert max(float((a - b).abs().max()) for a, b in zip(g_both, g_anchor)) > 1e-4
+
+
+# ---------------------------------------------------------------- metrics on asymmetric, hand-computed inputs
+
+
+def test_metra_cycle_ratio_hand_computed():
+    m = METRA(2, 2, hidden=(4,))
+    m.phi = nn.Identity()
+    obs = torch.tensor([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [2.0, 0.0], [10.0, 0.0], [-5.0, 0.0]])
+    z = torch.tensor([[1.0, 0.0]])
+    # period 3: r = (1, 2, −1) → |Σr| / Σ|r| = 2 / 4
+    assert metra_cycle_ratio(m, obs, 3, z) == pytest.approx(0.5)
+    # two skills: z = −e1 gives the same ratio; z = e2 gives 0/0 → 0 (clamped); mean (0.5 + 0) / 2
+    assert metra_cycle_ratio(m, obs, 3, torch.tensor([[-1.0, 0.0], [0.0, 1.0]])) == pytest.approx(0.25)
+
+
+def test_pairwise_diversity_hand_computed():
+    kp = torch.zeros(3, 2, 1, 3)
+    kp[1, :, 0, 0] = 1.0  # rollout 1 sits 1 away from rollout 0 at both frames
+    kp[2, 0, 0, 1] = 4.0  # rollout 2: 4 away at frame 0, 0 at frame 1
+    # pairs: d01 = 1, d02 = mean(4, 0) = 2, d12 = mean(sqrt(17), 1)
+    expect = (1.0 + 2.0 + (17**0.5 + 1.0) / 2) / 3
+    assert pairwise_diversity(kp) == pytest.approx(expect, rel=1e-6)
+
+
+def test_alignment_stats_hand_computed():
+    enc = RGSDEncoder(2, k=2, hidden=(2,))
+    enc.net = nn.Identity()  # μ(s) = s / ‖s‖
+    m0 = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # pair cosines 1, 0, 0 → 1/3
+    m1 = torch.tensor([[0.0, 1.0], [0.0, 2.0]])  # cosine 1
+    st = alignment_stats(enc, [m0, m1])
+    assert st["intra_cos"] == pytest.approx((1 / 3 + 1.0) / 2, abs=1e-6)
+    # inter: mean vectors (2/3, 1/3) and (0, 1) → dot 1/3
+    assert st["inter_cos"] == pytest.approx(1 / 3, abs=1e-6)
+
+
+def test_auc_with_ties_hand_computed():
+    # pairs (pos, neg): (1,2) 0, (1,0) 1, (2,2) ½, (2,0) 1 → 2.5 / 4
+    assert _auc([1.0, 2.0], [2.0, 0.0]) == pytest.approx(0.625)
+    assert _auc([3.0, 3.0, 0.0], [3.0]) == pytest.approx(1.0 / 3.0)
+
+
+def test_skill_realisation_mean_then_normalise():
+    class Enc:
+        def __call__(self, x):
+            return F.normalize(x, dim=-1)
+
+    obs = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]])  # mean μ = (1/3, 2/3)
+    z = torch.tensor([[1.0, 0.0]])
+    assert float(skill_realisation(Enc(), obs, z)[0]) == pytest.approx(1.0 / 5**0.5, abs=1e-6)
