@@ -34,6 +34,10 @@ def test_smoke_run(tmp_path):
     assert set(c["C4"]["per_task"]) == {"rep4", "rep6", "rep8"} and c["C5"]["task"] == "chain"
     gate = res["metrics"]["competence_gate"]
     assert set(gate["best_fixed_acc"]) == {"rep4", "rep6", "rep8", "chain"} and gate["threshold"] == 50.0
+    # the MDM's SFT curve is logged per step to metrics.jsonl
+    lines = [json.loads(x) for x in (rec.out_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if r["series"] == "seed0/mdm_train"]
+    assert len(train) >= 2 and all("loss" in r for r in train)
 
 
 def test_paper_scale_needs_local_paths(tmp_path):

@@ -82,7 +82,7 @@ def _timed(problems, decoder, *args, **kwargs) -> dict[str, Any]:
 def run_seed(ctx: RunContext, seed: int, cfg: RunConfig, problems: dict[str, list]) -> dict[str, Any]:
     """Train one model for ``seed`` and evaluate every arm on every task."""
     torch.manual_seed(seed)
-    model, losses = train_tiny_mdm(cfg.model, seed, progress=ctx.show_progress)
+    model, losses = train_tiny_mdm(cfg.model, seed, progress=ctx.show_progress, log=ctx.logger(f"seed{seed}/mdm_train"))
     fn = model_fn_of(model)
     res: dict[str, Any] = {"train_loss_last": float(np.mean(losses[-50:])), "tasks": {}}
     dcfg, block = cfg.daedal, cfg.daedal.block_length

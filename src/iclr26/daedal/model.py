@@ -15,7 +15,7 @@ LLaDA SFT objective, which is what creates the EOS length signal DAEDAL reads:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,8 +128,13 @@ def llada_sft_loss(
     return per_row.mean()
 
 
-def train_tiny_mdm(cfg: TinyMDMConfig, seed: int, *, progress: bool = False) -> tuple[Transformer, list[float]]:
-    """Train the tiny MDM with :func:`iclr26.core.train.fit`; batches are a function of (seed, step)."""
+def train_tiny_mdm(
+    cfg: TinyMDMConfig, seed: int, *, progress: bool = False, log: Callable[..., None] | None = None
+) -> tuple[Transformer, list[float]]:
+    """Train the tiny MDM with :func:`iclr26.core.train.fit`; batches are a function of (seed, step).
+
+    ``log(step, **scalars)`` (e.g. ``ctx.logger("seed0/mdm_train")``) receives the per-step loss, lr and
+    grad norm from ``fit``."""
     model = build_model(cfg, seed)
 
     def get_batch(step: int, rank: int, world: int):
@@ -158,6 +163,6 @@ def train_tiny_mdm(cfg: TinyMDMConfig, seed: int, *, progress: bool = False) -> 
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        res = fit(model, loss_fn, get_batch, tc)
+        res = fit(model, loss_fn, get_batch, tc, log=log)
     model.eval()
     return model, res.losses
