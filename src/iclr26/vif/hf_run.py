@@ -197,7 +197,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
     try:
         agent = _load_agent(model_path, ctx.device)
     except Exception as exc:
-        raise ExperimentError(f"cannot load a VLM from {model_path}: {type(exc).__name__}: {exc}") from exc
+        first = (str(exc).strip().splitlines() or [""])[0][:300]  # one line (transformers lists every VLM class)
+        raise ExperimentError(f"cannot load a VLM from {model_path}: {type(exc).__name__}: {first}") from exc
     rows = load_pope(data_path, cfg.image_root or None)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     out = evaluate_rows(agent, rows, cfg.eval.turns, cfg.vif, rank, world)
