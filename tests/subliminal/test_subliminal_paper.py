@@ -129,8 +129,12 @@ def test_paper_scale_run_writes_read_only_files_in_the_official_format(tmp_path)
     assert ((out / "filtered_dataset_dpoints_only.jsonl").stat().st_mode & 0o777) == 0o444
     with pytest.raises(ExperimentError, match="never overwritten"):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts, show_progress=False)
-    # the same hand-written rows are not the model's greedy output: the greedy check names the row
+    # the same hand-written rows are not the model's greedy output: counted flips beyond 5% stop the run, and
+    # the strict check names the row
     opts2 = {**opts, "paper.out_path": str(tmp_path / "out2"), "paper.greedy": "true"}
+    with pytest.raises(ValueError, match=r"(\d+) of \1 greedy tokens are not"):
+        run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts2, show_progress=False)
+    opts2["paper.greedy_check"] = "strict"
     with pytest.raises(ValueError, match="row 0"):
         run_experiment(EXPERIMENT, "paper", out_root=tmp_path / "runs", options=opts2, show_progress=False)
 

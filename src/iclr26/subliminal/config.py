@@ -11,6 +11,7 @@ from typing import Literal
 
 from iclr26.core.train import TrainConfig
 
+from .paper import LoraStudentConfig
 from .toy import StudentConfig
 
 
@@ -82,6 +83,15 @@ class PaperConfig:
         otherwise injects its default "You are Qwen..." prompt).
     batch_rows: rows per left-padded teacher-forced batch (each row expands to 13 contexts).
     dtype: torch dtype of the model ("bfloat16" on GPU, "float32" on CPU).
+    animals: persona set of the finder: "auto" (Gemma models get whale and dragon added, as the official
+        finder's Gemma branch; others the paper's 13), "paper13" or "gemma15".
+    greedy_check: on greedy data, "count" tolerates and counts teacher-forced argmax flips (bf16 near-ties;
+        official: they are only excluded from the divergence tokens), "strict" stops at the first one.
+    max_flip_fraction: under "count", more flips than this share of the checked tokens is an error (a wrong
+        offset or teacher flips most of them).
+    add_special_tokens: tokenise the rendered chat as the official scripts do (``tokenizer(text)``: the
+        tokenizer's own BOS is added in front of the template's, two BOS on Gemma; no change on Qwen/SmolLM2);
+        false: the template's special tokens only.
     """
 
     model_path: str = ""
@@ -92,6 +102,45 @@ class PaperConfig:
     empty_system_prompt: bool = False
     batch_rows: int = 1
     dtype: str = "float32"
+    animals: Literal["auto", "paper13", "gemma15"] = "auto"
+    greedy_check: Literal["count", "strict"] = "count"
+    max_flip_fraction: float = 0.05
+    add_special_tokens: bool = False
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    """The ``real`` scale: a real chat model on CPU (iclr26.subliminal.real).
+
+    model_path: local Hugging Face chat model folder, or a registered checkpoint name (``iclr26 models``).
+    target: the persona teacher's animal.
+    counterfactuals: the counterfactual personas of the finder (3 of the paper's other 12, for time).
+    n_prompts: number prompts per seed (teacher and control write one greedy completion each).
+    answer_count: numbers each prompt asks for (official: 10).
+    max_new_tokens: generation cap (official: 64).
+    gen_batch: prompts per left-padded generation batch.
+    brute_force_rows: rows re-checked with unbatched, unpadded passes per context (claim C1).
+    tie_tol: top-2 logit gap below which a position counts as a tie in the brute-force comparison.
+    n_questions: official questions (the first n of 50) for the exact preference metric.
+    partial_answer: the assistant's prefilled answer before the target word (exact metric).
+    gate_samples: sampled answers per question for a recorded official-style rate of base and teacher (0 = off:
+        on the shared 2-core machine 10 per question took minutes).
+    student: LoRA students (paper: r = alpha = 8, lr 2e-4, 5 warmup steps; fewer rows and steps here).
+    """
+
+    model_path: str = "smollm2-135m-instruct"
+    target: str = "owl"
+    counterfactuals: tuple[str, ...] = ("cat", "dog", "eagle")
+    n_prompts: int = 16
+    answer_count: int = 10
+    max_new_tokens: int = 24
+    gen_batch: int = 16
+    brute_force_rows: int = 2
+    tie_tol: float = 1e-3
+    n_questions: int = 5
+    partial_answer: str = "My favorite animal is the"
+    gate_samples: int = 0
+    student: LoraStudentConfig = LoraStudentConfig(epochs=1, batch_size=4, grad_accum=1)
 
 
 @dataclass(frozen=True)
@@ -106,6 +155,7 @@ class RunConfig:
     workers: processes for the students (1 thread each).
     threads: torch threads of the main process (base, teachers, data).
     paper: the paper-scale path (used by --scale paper).
+    real: the real-checkpoint scale (used by --scale real).
     """
 
     model: ModelConfig = ModelConfig()
@@ -120,10 +170,12 @@ class RunConfig:
     workers: int = 2
     threads: int = 2
     paper: PaperConfig = PaperConfig()
+    real: RealConfig = RealConfig()
 
 
 def config_for(scale: str) -> RunConfig:
-    """smoke: a 1-layer d=32 model, 150 steps, 60 prompts, 8-step students; small: the defaults."""
+    """smoke: a 1-layer d=32 model, 150 steps, 60 prompts, 8-step students; small and real: the defaults
+    (real reads only ``real`` and ``threads``)."""
     base = RunConfig()
     if scale == "smoke":
         return replace(

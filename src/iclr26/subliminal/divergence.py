@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -76,11 +76,14 @@ class DivergenceResult:
     decision_points: per row, the divergence positions (completion offsets).
     correct: per row, a bool tensor [n_contexts, T] (row 0 = factual teacher), the official "correct matrix".
     preds: per row, the argmax tensor [n_contexts, T] (used by teacher mixing).
+    greedy_flips: per row, completion positions where greedy data's token is not the factual argmax
+        (counted, not fatal, under the paper path's ``greedy_check="count"``); empty when not checked.
     """
 
     decision_points: list[list[int]]
     correct: list[Tensor]
     preds: list[Tensor]
+    greedy_flips: list[list[int]] = field(default_factory=list)
 
     def fraction(self) -> float:
         """Divergence tokens / completion tokens over the dataset (paper: 7.5% Qwen, 18.3% Gemma)."""

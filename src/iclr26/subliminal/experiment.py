@@ -392,6 +392,10 @@ def run(ctx: RunContext) -> RunOutput:
         from .paper import run_paper
 
         return run_paper(ctx)
+    if ctx.scale == "real":
+        from .real import run_real
+
+        return run_real(ctx)
     t_start = time.perf_counter()
     with torch_threads(cfg.threads):
         base, teacher_a, info, timing = _teachers(ctx, cfg)
@@ -484,4 +488,5 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     run=run,
     config=config_for,
+    scales=("smoke", "small", "real", "paper"),
 )
