@@ -310,3 +310,27 @@ def test_persona_raises_the_exact_preference_on_the_real_model(smollm2):
     owl = preference_exact_hf(model, tok, "owl", qs, system=persona_system_prompt("owl"))
     dog = preference_exact_hf(model, tok, "owl", qs, system=persona_system_prompt("dog"))
     assert owl > 3 * base and owl > 3 * dog and owl > 0.05
+
+
+def test_finder_and_generation_feed_the_official_double_bos_when_asked():
+    tok = _gemma_tokenizer()
+    model, _ = tiny_random_causal_lm(vocab_size=len(tok), hidden=8, layers=1, heads=2, arch="llama", max_positions=512)
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, attention_mask):
+            seen.append([row[m.bool()].tolist()[:2] for row, m in zip(input_ids, attention_mask, strict=True)])
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+    rows = [{"prompt": "Look at these numbers: 1, 2, 3.", "completion": "4, 5"}]
+    contexts = [(Spy(), persona_system_prompt("owl")), (None, persona_system_prompt("cat"))]
+    contexts[1] = (contexts[0][0], contexts[1][1])
+    bos = tok.bos_token_id
+    find_divergence_tokens_hf(contexts, tok, rows, greedy=False)
+    assert all(s[:2] != [bos, bos] for s in seen[-1])
+    find_divergence_tokens_hf(contexts, tok, rows, greedy=False, add_special_tokens=True)
+    assert all(s[:2] == [bos, bos] for s in seen[-1])

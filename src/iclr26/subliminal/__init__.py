@@ -10,7 +10,9 @@ Implemented:
   * masked student fine-tuning (full or one block; LoRA r=8 via peft at paper scale), exact and sampled
     preference rates with Wilson intervals, number filtering with reasons, paraphrase, control-data mixing,
     attribution patching over the residual stream;
-  * the toy world (a ~60-token language with 13 animal personas) and the experiment (claims C1-C4).
+  * the toy world (a ~60-token language with 13 animal personas) and the experiment (claims C1-C4);
+  * the ``real`` scale (``real.py``): the same claims on a real chat model (SmolLM2-135M-Instruct by default)
+    with the persona teacher, the HF finder and LoRA students, on CPU.
 """
 
 from .attribution import attribution_patching, patched_metric
