@@ -96,6 +96,9 @@ def train_arm(
         "train_loss_last20": float(np.mean(res.losses[-20:])),
         "params_non_embedding": count_parameters(cfg)["non_embedding"],
         "train_seconds": wall,
+        # per-step scalars for metrics.jsonl (popped by _run before the summary)
+        "_log": [(i + 1, {"loss": float(v)}) for i, v in enumerate(res.losses)]
+        + [(int(st), {"val_loss": float(ev["val_loss"])}) for st, ev in res.evals],
     }
     if cfg.parsed_layout.recursive:
         diag_tokens = torch.cat(val)[: s.diag_samples, :-1]
@@ -144,7 +147,9 @@ def _run(ctx: RunContext, s: RunConfig) -> RunOutput:
         progress=ctx.progress,
         desc="mesh arms x seeds",
     )
-    for (_, arm, _, _), out in zip(jobs, outs):
+    for (_, arm, seed, _), out in zip(jobs, outs):
+        for step, scalars in out.pop("_log"):
+            ctx.log(step, series=f"seed{seed}/{arm}", **scalars)
         per_arm[arm].append(out)
     bench = None
     if s.bench_steps:
