@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from iclr26.dishonesty.probe import ProbeConfig
+from iclr26.dishonesty.real_scale import RealConfig
 from iclr26.dishonesty.toy_model import ToyModelConfig
 from iclr26.dishonesty.toy_world import ToyWorldConfig
 
@@ -94,6 +95,7 @@ class RunConfig:
     eval: the toy evaluation protocol.
     probe: the deception probe (standardised L2 logistic regression without intercept).
     paper: paper-scale paths and settings.
+    real: scale ``real``, the claims on a real instruction-tuned model on CPU (real_scale.py).
     workers: seed processes at smoke/small scale (same numbers whatever the count).
     threads: torch threads per seed process.
     """
@@ -103,6 +105,7 @@ class RunConfig:
     eval: EvalConfig = EvalConfig()
     probe: ProbeConfig = ProbeConfig()
     paper: PaperConfig = PaperConfig()
+    real: RealConfig = RealConfig()
     workers: int = 2
     threads: int = 1
 
@@ -113,7 +116,8 @@ class RunConfig:
 
 def config_for(scale: str) -> RunConfig:
     """smoke: a 1-layer d=32 model, 200 steps, 50 prompts; small: 4 layers, d=64, 1500 steps (a d=128
-    model does not fit three seeds into the 2-core budget); paper: the paper's settings."""
+    model does not fit three seeds into the 2-core budget); real: SmolLM2-135M-Instruct (``real``), two torch
+    threads; paper: the paper's settings."""
     base = RunConfig()
     if scale == "smoke":
         return replace(
@@ -129,6 +133,8 @@ def config_for(scale: str) -> RunConfig:
                 d_model=64, n_layers=4, n_heads=4, steps=1500, batch_size=128, lr=3e-3, pool_size=30000
             ),
         )
+    if scale == "real":
+        return replace(base, threads=2)
     if scale == "paper":
         return base
     raise ValueError(f"unknown scale {scale!r}")

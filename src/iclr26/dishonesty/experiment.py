@@ -340,12 +340,16 @@ def _run_seed_worker(args) -> dict:
 
 def run(ctx: RunContext) -> RunOutput:
     """smoke/small: the toy pipeline per seed; seeds run in ``cfg.workers`` processes (at most one per
-    seed and CPU), ``cfg.threads`` torch threads each. paper: see paper_scale."""
+    seed and CPU), ``cfg.threads`` torch threads each. real: see real_scale. paper: see paper_scale."""
     cfg: RunConfig = ctx.cfg
     if ctx.scale == "paper":
         from iclr26.dishonesty.paper_scale import run_paper
 
         return run_paper(ctx)
+    if ctx.scale == "real":
+        from iclr26.dishonesty.real_scale import run_real
+
+        return run_real(ctx)
     import os
 
     workers = min(cfg.workers, len(ctx.seeds), os.cpu_count() or 1)
@@ -534,4 +538,5 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     run=run,
     config=config_for,
+    scales=("smoke", "small", "real", "paper"),
 )
