@@ -35,6 +35,15 @@ def _tool_gap(ev: dict) -> float:
     return 0.5 * (ev["tool_rate_VAL"] + ev["tool_rate_CMP"]) - 0.5 * (ev["tool_rate_CNT"] + ev["tool_rate_MAX"])
 
 
+def _hist_rows(hist: dict, eval_scalars) -> list[tuple[int, dict]]:
+    """train_grpo's history as (step, scalars) rows: loss/reward/tool_rate per step, then the evaluations."""
+    rows = [
+        (int(st), {k: float(hist[k][i]) for k in ("loss", "reward", "tool_rate") if i < len(hist[k])})
+        for i, st in enumerate(hist["step"])
+    ]
+    return rows + [(int(st), eval_scalars(e)) for st, e in zip(hist["eval_step"], hist["eval"])]
+
+
 def run_seed(seed: int, sc: RunConfig) -> dict:
     """One seed end to end (runs in a worker process)."""
     torch.manual_seed(seed)
@@ -88,6 +97,14 @@ def run_seed(seed: int, sc: RunConfig) -> dict:
     }
     out["train_reward_tool"] = hist_tool["reward"]
     out["train_reward_text"] = hist_text["reward"]
+    # per-step scalars for metrics.jsonl (popped by _run_tiny, logged through RunContext.log)
+    out["_log"] = {
+        "sft": [(i + 1, {"loss": float(v)}) for i, v in enumerate(sft_losses)],
+        "text_grpo": _hist_rows(hist_text, lambda e: {"eval_acc": float(e)}),
+        "vtool": _hist_rows(
+            hist_tool, lambda e: {"eval_acc": float(e["acc"]), "eval_tool_rate": float(e["tool_rate"])}
+        ),
+    }
     out["executor_stats"] = dict(executor.stats)
     # one example rollout of the final VTool model (a VAL question), for the figure
     ex_sample = next(s for s in test if s.qtype == "VAL")
@@ -135,6 +152,10 @@ def _run_tiny(ctx: RunContext) -> RunOutput:
         progress=ctx.progress,
         desc="seeds",
     )
+    for r in results:
+        for series, rows in r.pop("_log").items():
+            for step, scalars in rows:
+                ctx.log(step, series=f"seed{r['seed']}/{series}", **scalars)
     return _summarise(ctx, sc, results)
 
 
