@@ -334,3 +334,12 @@ def test_finder_and_generation_feed_the_official_double_bos_when_asked():
     assert all(s[:2] != [bos, bos] for s in seen[-1])
     find_divergence_tokens_hf(contexts, tok, rows, greedy=False, add_special_tokens=True)
     assert all(s[:2] == [bos, bos] for s in seen[-1])
+
+
+def test_real_brute_force_check_leaves_out_tied_positions():
+    model, tok = _tiny()
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # every logit equal: every position is a tie in every context
+    contexts = [(model, persona_system_prompt(a)) for a in ("owl", "cat")]
+    assert brute_force_mismatch_hf(contexts, tok, ROWS[:1], [[0, 1]], 1e-3) == 0
+    assert brute_force_mismatch_hf(contexts, tok, ROWS[:1], [[0, 1]], 0.0) == 2
