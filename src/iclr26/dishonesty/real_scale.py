@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from iclr26.dishonesty.probe import DeceptionProbe, auroc, calibrate_threshold, class_separation, gather_activations
+from iclr26.dishonesty.probe import DeceptionProbe, auroc, calibrate_threshold, class_separation, decoder_blocks
 from iclr26.dishonesty.protocol import label_evilmath
 
 ALPHAS = (-2.0, -1.0, 0.0, 1.0, 2.0)
@@ -235,6 +235,40 @@ def decode(tok, rows: list[list[int]]) -> list[str]:
     return [tok.decode(r, skip_special_tokens=True) for r in rows]
 
 
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def residual_acts(model, ids, am, layers, batch_size: int) -> dict[int, torch.Tensor]:
+    """``hidden_states[L]`` for each L (output of decoder block L-1, by forward hooks), with the forward
+    pass stopped after the deepest one (no later blocks, no logits). {L: float32 [N, T, d]}."""
+    blocks = decoder_blocks(model)
+    layers = sorted(int(L) for L in layers)
+    if not all(1 <= L <= len(blocks) for L in layers):
+        raise ValueError(f"layers {layers} out of range 1..{len(blocks)}")
+    store: dict[int, list] = {L: [] for L in layers}
+    handles = []
+    for L in layers:
+
+        def hook(_m, _i, out, L=L):
+            store[L].append((out[0] if isinstance(out, tuple | list) else out).detach().float().cpu())
+            if L == layers[-1]:
+                raise _Stop
+
+        handles.append(blocks[L - 1].register_forward_hook(hook))
+    try:
+        for i in range(0, ids.shape[0], batch_size):
+            try:
+                model(input_ids=ids[i : i + batch_size], attention_mask=am[i : i + batch_size], use_cache=False)
+            except _Stop:
+                pass
+    finally:
+        for h in handles:
+            h.remove()
+    return {L: torch.cat(store[L], 0) for L in layers}
+
+
 def dialogue_batch(prompts, responses, exclude_last: int, pad: int):
     """Right-padded prompt+response ids, attention mask and the response-token mask minus the last
     ``exclude_last`` tokens (at least one kept)."""
@@ -275,7 +309,7 @@ def fit_instructed_probe(model, tok, statements, rcfg: RealConfig, probe_cfg, se
     layers = [L for L in rcfg.layers if 1 <= L <= model.config.num_hidden_layers]
     if not layers:
         raise ValueError(f"no candidate layer in {rcfg.layers} fits a {model.config.num_hidden_layers}-layer model")
-    acts = gather_activations(model, ids, layers=layers, attention_mask=am, batch_size=rcfg.batch_size)
+    acts = residual_acts(model, ids, am, layers, rcfg.batch_size)
     rng = np.random.default_rng([seed, 47])
     held_stmt = rng.permutation(n_stmt)[: max(2, int(round(rcfg.heldout_frac * n_stmt)))]
     held = np.zeros(2 * n_stmt, bool)
@@ -300,7 +334,7 @@ def fit_instructed_probe(model, tok, statements, rcfg: RealConfig, probe_cfg, se
 
 def probe_scores(model, probe, layer: int, prompts, responses, exclude_last: int, pad: int, batch_size: int):
     ids, am, mask = dialogue_batch(prompts, responses, exclude_last, pad)
-    acts = gather_activations(model, ids, layers=[layer], attention_mask=am, batch_size=batch_size)[layer]
+    acts = residual_acts(model, ids, am, [layer], batch_size)[layer]
     return probe.score_response(acts, mask)
 
 
@@ -327,7 +361,7 @@ def llm_judge(model, tok, requests: list[str], responses: list[str], batch_size:
         for j, p in enumerate(chunk):
             ids[j, T - len(p) :] = torch.tensor(p)
             am[j, T - len(p) :] = 1
-        logits = model(input_ids=ids, attention_mask=am).logits[:, -1, :].float()
+        logits = model(input_ids=ids, attention_mask=am, use_cache=False, logits_to_keep=1).logits[:, -1, :].float()
         out.append(torch.softmax(logits[:, [yes, no]], -1)[:, 0])
     return torch.cat(out).numpy() if out else np.zeros(0)
 
