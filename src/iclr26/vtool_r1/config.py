@@ -21,6 +21,7 @@ class PaperConfig:
     data_path: local ReFocus chart split (.parquet needs pyarrow; .jsonl works without).
     limit: first N rows of the data file.
     judge_api_base: OpenAI-compatible endpoint of the LLM judge (empty: the ReFocus heuristic).
+    judge_model_path: local causal LM folder (or a name from `iclr26 models`) as the judge instead of an endpoint.
     max_new_tokens: generation limit per round.
     batch_size: rows generated together (one batched generate call per round).
     """
@@ -29,6 +30,7 @@ class PaperConfig:
     data_path: str = ""
     limit: int = 200
     judge_api_base: str = ""
+    judge_model_path: str = ""
     max_new_tokens: int = 1024
     batch_size: int = 8
 

@@ -30,7 +30,7 @@ from PIL import Image
 from .executor import ToolExecutor, ToolResult
 from .parser import parse_action
 from .prompt import round1_messages, round2_messages
-from .reward import JudgeClient, extract_final_answer, heuristic_reward
+from .reward import JudgeClient, LocalJudge, extract_final_answer, heuristic_reward
 
 __all__ = ["HFPolicy", "VToolEnv", "load_refocus", "run_paper_scale", "two_round_rollout", "two_round_rollout_batch"]
 
@@ -247,7 +247,11 @@ def run_paper_scale(ctx):
     pc, version = ctx.cfg.paper, ctx.cfg.rl.version
     model_path = ctx.require_path("paper.model_path")
     data_path = ctx.require_path("paper.data_path")
+    if pc.judge_api_base and pc.judge_model_path:
+        raise ExperimentError("set one judge: paper.judge_api_base (an endpoint) or paper.judge_model_path (local)")
     judge = JudgeClient(pc.judge_api_base) if pc.judge_api_base else None
+    if pc.judge_model_path:
+        judge = LocalJudge(str(ctx.require_path("paper.judge_model_path")), device=ctx.device)
     try:
         rows = load_refocus(data_path, pc.limit)
         policy = HFPolicy(model_path, ctx.device, pc.max_new_tokens)

@@ -13,6 +13,7 @@
 * :class:`JudgeClient`: the LLM judge of the real scale through an OpenAI-compatible ``/chat/completions``
   endpoint (v2 style: temperature 0, reply "1"/"0") via :mod:`iclr26.core.http`; a network or parse failure
   never raises and never scores 0 silently: it falls back to :func:`heuristic_reward` and is counted.
+  :class:`LocalJudge`: the same judge on a local Hugging Face causal LM (chat template, pure greedy).
 
 No process reward: the paper's ablation shows it invites reward hacking. :func:`process_reward` exists
 only for that ablation (+bonus on a successful call, −penalty on a failed one).
@@ -28,6 +29,7 @@ from iclr26.core.http import ChatClient
 __all__ = [
     "JudgeClient",
     "JudgeVerdict",
+    "LocalJudge",
     "exact_match_reward",
     "extract_final_answer",
     "heuristic_reward",
@@ -212,6 +214,27 @@ class JudgeVerdict:
     score: float = 0.0
     error: str = ""
     message: str = ""
+    reply: str = ""
+    """The judge's raw reply text ("" when the call failed)."""
+
+
+def judge_messages(question: str, ground_truth: str, answer: str) -> list[dict]:
+    """The judge's chat messages (system prompt + one question/ground truth/answer turn)."""
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {
+            "role": "user",
+            "content": f"Question: {question}\nGround truth: {ground_truth}\nStudent answer: {answer}\nCorrect (1/0)?",
+        },
+    ]
+
+
+def parse_verdict(text: str) -> JudgeVerdict:
+    """1/0 from the first ``0``/``1`` in a judge reply, or a ``bad_reply`` failure."""
+    m = re.search(r"[01]", text)
+    if m is None:
+        return JudgeVerdict(False, error="bad_reply", message=f"judge reply is not 0/1: {text[:100]!r}", reply=text)
+    return JudgeVerdict(True, score=float(m.group() == "1"), reply=text)
 
 
 @dataclass(frozen=True)
@@ -247,21 +270,11 @@ class JudgeClient:
 
     def verdict(self, question: str, ground_truth: str, answer: str) -> JudgeVerdict:
         """One judge request: 1/0 from the first ``0``/``1`` in the reply, or a handled failure."""
-        msgs = [
-            {"role": "system", "content": JUDGE_SYSTEM},
-            {
-                "role": "user",
-                "content": f"Question: {question}\nGround truth: {ground_truth}\n"
-                f"Student answer: {answer}\nCorrect (1/0)?",
-            },
-        ]
+        msgs = judge_messages(question, ground_truth, answer)
         r = self.client().chat(msgs, temperature=0.0, max_tokens=self.max_tokens)
         if not r.ok:
             return JudgeVerdict(False, error=r.error, message=r.message)
-        m = re.search(r"[01]", r.content)
-        if m is None:
-            return JudgeVerdict(False, error="bad_reply", message=f"judge reply is not 0/1: {r.content[:100]!r}")
-        return JudgeVerdict(True, score=float(m.group() == "1"))
+        return parse_verdict(r.content)
 
     def __call__(self, question: str, ground_truth: str, answer: str | None) -> float:
         if answer is None:
@@ -271,3 +284,47 @@ class JudgeClient:
             return v.score
         self.failures.append(f"{v.error}: {v.message}")
         return heuristic_reward(answer, ground_truth)
+
+
+class LocalJudge:
+    """The same judge on a local Hugging Face causal LM (a folder, a registered name from ``iclr26 models``, or a
+    loaded model and tokenizer): its chat template, pure greedy decoding (the v2 judge's temperature 0), at most
+    ``max_tokens`` new tokens. As :class:`JudgeClient`, a failure (a generation error, a reply without 0/1) never
+    raises: it scores with :func:`heuristic_reward` and is recorded in ``failures``."""
+
+    def __init__(
+        self, model_path: str | None = None, *, model=None, tokenizer=None, max_tokens: int = 10, device: str = "cpu"
+    ) -> None:
+        if model is None or tokenizer is None:
+            if not model_path:
+                raise ValueError("LocalJudge needs a model folder (or registered name) or a loaded model and tokenizer")
+            from iclr26.core.hf import load_local
+
+            model, tokenizer = load_local(model_path, device=device)
+        self.model, self.tokenizer, self.max_tokens, self.device = model.eval(), tokenizer, int(max_tokens), device
+        self.failures: list[str] = []
+
+    def verdict(self, question: str, ground_truth: str, answer: str) -> JudgeVerdict:
+        import torch
+
+        from iclr26.core.hf import pure_generation_kwargs
+
+        tok = self.tokenizer
+        try:
+            enc = tok.apply_chat_template(
+                judge_messages(question, ground_truth, answer),
+                add_generation_prompt=True,
+                return_tensors="pt",
+                return_dict=True,
+            ).to(self.device)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            with torch.no_grad():
+                out = self.model.generate(
+                    **enc, max_new_tokens=self.max_tokens, pad_token_id=pad, **pure_generation_kwargs()
+                )
+            text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        except Exception as exc:  # noqa: BLE001 - a local judge failure falls back, never crashes the run
+            return JudgeVerdict(False, error="local_model", message=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return parse_verdict(text)
+
+    __call__ = JudgeClient.__call__
