@@ -303,10 +303,11 @@ def test_disallowed_results_are_bad_results(src):
 def test_server_defines_once_and_calls_many_times():
     src = "import math\ncalls = []\ndef reward(y, gt):\n    calls.append(y)\n    return float(y == gt) + len(calls)"
     with SandboxServer(src, isolation=MODE, limits=FAST) as srv:
-        assert [srv.call("reward", "a", "a").value, srv.call("reward", "a", "b").value] == [2.0, 2.0]
+        # every call starts from the state right after the definitions (fork-server): calls == [] each time
+        assert [srv.call("reward", "a", "a").value, srv.call("reward", "a", "b").value] == [2.0, 1.0]
         assert srv.definition.ok and srv.restarts == 0
         res = srv.run("result = [reward('x', 'x'), len(calls), k]", {"k": 7})
-        assert res.ok and res.value == [4.0, 3, 7] and res.isolation == MODE
+        assert res.ok and res.value == [2.0, 1, 7] and res.isolation == MODE
         assert srv.run("k").error == "RuntimeError"  # inputs of one run do not leak into the next
         assert srv.call("missing").error == "RuntimeError" and srv.restarts == 0
         assert srv.call("reward", "x", "y").error is None  # still the same child

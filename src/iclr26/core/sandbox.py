@@ -129,7 +129,8 @@ BLOCKED_ATTRS = frozenset(
     "cr_frame cr_code cr_await ag_frame ag_code ag_await f_globals f_locals f_builtins f_back f_code tb_frame "
     "tb_next co_code ctypeslib ctypes load save savez savez_compressed savetxt loadtxt genfromtxt fromregex "
     "fromfile tofile memmap open_memmap DataSource dump lib f2py distutils testing test show mrecords openfile "
-    "fromtextfile get_type_hints ForwardRef evaluate_forward_ref get_annotations".split()
+    "fromtextfile get_type_hints ForwardRef evaluate_forward_ref get_annotations update_wrapper wraps "
+    "WRAPPER_ASSIGNMENTS WRAPPER_UPDATES partialmethod singledispatchmethod cached_property".split()
 )
 _DANGEROUS_ORIGINS = BLOCKED_MODULES - {"builtins"}  # int, list... are fine; bad builtins are denied by identity
 ERROR_KINDS = frozenset(
@@ -354,7 +355,7 @@ def _dumps(obj: Any, what: str) -> bytes:
 class _Child:
     """Parent-side handle of one sandbox process tree: start, send requests, read nonce-checked frames, kill."""
 
-    def __init__(self, mode: str, tools: dict, allowed: tuple, limits: SandboxLimits) -> None:
+    def __init__(self, mode: str, tools: dict, allowed: tuple, limits: SandboxLimits, fork: bool = False) -> None:
         self.mode, self.limits, self.stderr = mode, limits, bytearray()
         self.tmp = tempfile.mkdtemp(prefix="iclr26-sandbox-") if mode == "python-only" else None
         workdir = os.path.join(self.tmp, "work") if self.tmp else "/tmp"
@@ -367,7 +368,11 @@ class _Child:
             "workdir": workdir,
             "sys_path": [os.path.abspath(p) for p in sys.path if isinstance(p, str)],
             "memory_mb": limits.memory_mb,
-            "fsize": limits.max_file_bytes,
+            # python-only has no size-capped tmpfs: cap each file so that _MAX_FILES of them fit in max_disk_bytes
+            "fsize": limits.max_file_bytes
+            if mode == "kernel"
+            else min(limits.max_file_bytes, limits.max_disk_bytes // _MAX_FILES),
+            "fork": fork,
             "disk": limits.max_disk_bytes,
             "cpu_s": int(limits.timeout_s) + 2,
             "max_output": limits.max_output_bytes,
@@ -647,7 +652,7 @@ class SandboxServer:
         if self.definition is not None and not self.definition.ok:
             return self.definition  # the same source would fail the same way
         try:
-            child = _Child(self.mode, self.tools, self.allowed, self.limits)
+            child = _Child(self.mode, self.tools, self.allowed, self.limits, fork=True)
         except OSError as e:
             return SandboxResult(False, error="Crashed", message=f"could not start the sandbox process: {e}")
         self._child = child

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import os
 import pickle
+import re
 import resource
 import signal
 import sys
@@ -36,6 +37,7 @@ from .sandbox import (
 )
 
 _THIS = os.path.abspath(__file__)
+_NAME_OK = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # audit events refused while untrusted code may run (prefix match)
 _DENY_EVENTS = (
@@ -138,6 +140,16 @@ class _SandboxError(BaseException):
     """Raised by the guards; a BaseException so ``except Exception`` in user code does not catch it."""
 
 
+def _sandbox_frame_on_stack() -> bool:
+    """True when code compiled from the untrusted source is running (somewhere up the stack)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == _FILENAME:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _Capture:
     def __init__(self, cap: int) -> None:
         self.parts, self.size, self.cap, self.truncated = [], 0, cap, False
@@ -202,7 +214,7 @@ class _Jail:
 
     # -- audit hook (layer 5)
     def audit(self, event: str, args: tuple) -> None:
-        if self.trusted or event in _FREE_EVENTS:
+        if event in _FREE_EVENTS or (self.trusted and not _sandbox_frame_on_stack()):
             return
         if event == "open":
             self._audit_open(*args[:3])
@@ -232,6 +244,10 @@ class _Jail:
             isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
         )
         if full.startswith(self.workdir + os.sep):
+            if write:
+                self.written.add(full)
+                if len(self.written) > _MAX_FILES:
+                    self.deny("SecurityViolation", f"more than {_MAX_FILES} files written")
             return
         if not write and full.startswith(self.read_roots):
             return
@@ -242,7 +258,8 @@ class _Jail:
 
     # -- guards used by the rewritten code and the restricted builtins (layers 3 and 4)
     def check_name(self, name: Any) -> str:
-        if not isinstance(name, str) or _bad_attr(name):
+        # allow-list: exactly an ASCII identifier not starting with '_' (a str subclass could lie in comparisons)
+        if type(name) is not str or not _NAME_OK.match(name) or _bad_attr(name):
             self.deny("SecurityViolation", f"attribute {name!r} is not allowed")
         return name
 
@@ -455,30 +472,51 @@ class _Worker:
             else:
                 value = self.defs[req["fn"]](*req["args"])
             env.update(ok=True, value=value)
-        except BaseException as exc:
-            jail.trusted = True
+        except BaseException as exc:  # still untrusted: str(exc) may run the code's own __str__
             if jail.violation is None:
-                kind = (
-                    "RecursionLimit"
-                    if isinstance(exc, RecursionError)
-                    else "MemoryLimit"
-                    if _out_of_memory(exc)
-                    else "RuntimeError"
-                )
-                text = (
-                    f"{type(exc).__name__}: {exc}"[:1000]
-                    if kind != "MemoryLimit"
-                    else f"MemoryError: allocation beyond the {self.cfg['memory_mb']} MB limit"
-                )
-                env.update(error=kind, message=text + _user_line(exc))
+                env.update(self._describe(exc))
         finally:
-            jail.trusted = True
             sys.setrecursionlimit(1000)
             sys.stdout = sys.__stdout__
-        if jail.violation:
-            env.update(ok=False, value=None, error=jail.violation[0], message=jail.violation[1])
         env.update(stdout=jail.stdout.getvalue(), displayed=jail.displayed)
-        return env
+        return env  # jail.trusted stays False: child_main encodes the value under the guards, then resets it
+
+    def _describe(self, exc: BaseException) -> dict:
+        """Error kind and one-line message; runs untrusted (user ``__str__``/``__repr__`` may run)."""
+        try:
+            if isinstance(exc, RecursionError):
+                kind = "RecursionLimit"
+            elif _out_of_memory(exc):
+                kind = "MemoryLimit"
+            else:
+                kind = "RuntimeError"
+            if kind == "MemoryLimit":
+                text = f"MemoryError: allocation beyond the {self.cfg['memory_mb']} MB limit"
+            else:
+                text = f"{type(exc).__name__}: {exc}"[:1000]
+            return {"error": kind, "message": text + _user_line(exc)}
+        except BaseException as inner:
+            if type(inner).__name__ == "_SandboxError" or self.jail.violation is not None:
+                return {}
+            return {"error": "RuntimeError", "message": "the code raised an exception that cannot be printed"}
+
+
+def _encode_untrusted(jail: _Jail, env: dict, max_bytes: int) -> bytes:
+    """Encode the result with the guards still enforcing (the value may be an object of the code's own
+    classes; the wire takes exact types only, so nothing of the code should run, but if it does, the
+    audit hook refuses). Afterwards the worker is trusted again; a violation replaces the result."""
+    try:
+        body = _encode(env, max_bytes)
+    except BaseException as exc:  # _SandboxError, or anything escaping _encode
+        if jail.violation is None:
+            jail.violation = ("BadResult", f"result cannot be sent: {type(exc).__name__}"[:500])
+        body = b""
+    finally:
+        jail.trusted = True
+    if jail.violation:
+        v = jail.violation
+        body = wire.encode({"ok": False, "value": None, "error": v[0], "message": v[1], "stdout": "", "displayed": []})
+    return body
 
 
 def _encode(env: dict, max_bytes: int) -> bytes:
@@ -563,7 +601,7 @@ def _setup(cfg: dict) -> tuple[dict, tuple[str, str] | None]:
     if cfg["mode"] == "kernel":
         try:
             kernel.drop_capabilities()
-            kernel.install_seccomp()
+            kernel.install_seccomp(allow_fork=bool(cfg.get("fork")))
         except Exception as e:
             return {}, ("IsolationUnavailable", f"kernel isolation is unavailable here ({e}); nothing was run")
     return tools, None
@@ -588,25 +626,78 @@ def child_main() -> None:
     if worker is not None:
         sys.addaudithook(worker.jail.audit)  # irremovable; enforces only while untrusted code may run
         _lower_limits((resource.RLIMIT_NOFILE, 64))
-        if cfg["mode"] == "python-only":
-            _lower_limits((resource.RLIMIT_NPROC, 0))
+        if cfg["mode"] == "python-only" and not cfg.get("fork"):
+            _lower_limits((resource.RLIMIT_NPROC, 0))  # fork-server: set in each fork instead
+    definitions = None  # fork-server: the request that defined the functions, replayed in every fresh child
     while True:
         req = _read_msg()
         if req is None:
             os._exit(0)
         if failed:
             env = {"ok": False, "value": None, "error": failed[0], "message": failed[1], "stdout": "", "displayed": []}
+            body = _encode(env, int(cfg["max_output"]))
+        elif cfg.get("fork"):
+            _serve_forked(worker, cfg, definitions, req, out_fd)
+            if req["op"] == "exec" and req["keep"]:
+                definitions = req
+            continue
         else:
-            try:
-                env = worker.handle(req)
-            except MemoryError:
-                env = {
-                    "ok": False,
-                    "value": None,
-                    "error": "MemoryLimit",
-                    "stdout": "",
-                    "displayed": [],
-                    "message": f"MemoryError: allocation beyond the {cfg['memory_mb']} MB limit",
-                }
-        body = _encode(env, int(cfg["max_output"]))
+            body = _encode_untrusted(worker.jail, _handle(worker, cfg, req), int(cfg["max_output"]))
         _write_all(out_fd, req["nonce"] + _HDR.pack(len(body)) + body)
+
+
+def _handle(worker: _Worker, cfg: dict, req: dict) -> dict:
+    try:
+        return worker.handle(req)
+    except MemoryError:
+        return {
+            "ok": False,
+            "value": None,
+            "error": "MemoryLimit",
+            "stdout": "",
+            "displayed": [],
+            "message": f"MemoryError: allocation beyond the {cfg['memory_mb']} MB limit",
+        }
+
+
+def _clear_dir(path: str) -> None:
+    for entry in os.scandir(path):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _clear_dir(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _serve_forked(worker: _Worker, cfg: dict, definitions: dict | None, req: dict, out_fd: int) -> None:
+    """Fork-server (SandboxServer): every request runs in a fresh fork of this never-tainted process, so
+    nothing one call does to modules, builtins, files of the worker's memory or the handler survives it.
+    The fork replays the definitions first (their output is dropped), then serves the request."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            if cfg["mode"] == "kernel":
+                kernel.install_seccomp()  # the full filter on top of the fork-server's: no fork from here on
+            else:
+                _lower_limits((resource.RLIMIT_NPROC, 0))
+            env = None
+            if definitions is not None:
+                env = _handle(worker, cfg, {**definitions, "call": None, "result_name": None})
+                worker.jail.trusted = True
+                env = None if env["ok"] else env
+            body = _encode_untrusted(worker.jail, env or _handle(worker, cfg, req), int(cfg["max_output"]))
+            _write_all(out_fd, req["nonce"] + _HDR.pack(len(body)) + body)
+        except BaseException:
+            code = 70
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    _clear_dir(cfg["workdir"])  # files of one call do not reach the next (the definitions are replayed)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:  # the fork died without a result: die the same way, so the parent classifies it
+        if code < 0:
+            kernel._die_of(-code)
+        os._exit(code)

@@ -362,7 +362,7 @@ _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
 
 
-def build_filter(self_pid: int) -> list[tuple[int, int, int, int]]:
+def build_filter(self_pid: int, allow_fork: bool = False) -> list[tuple[int, int, int, int]]:
     """The BPF program as (code, jt, jf, k) tuples.
 
     Wrong architecture or an x32 syscall number: kill the process. Each number in :data:`DENIED`:
@@ -371,6 +371,11 @@ def build_filter(self_pid: int) -> list[tuple[int, int, int, int]]:
     ``tgkill``: allowed only when aimed at ``self_pid`` (so ``abort()`` still works), EPERM otherwise.
     Everything else is allowed: the filter closes the ways *out* of the process; files are the mount
     namespace's job and memory/CPU the rlimits'.
+
+    ``allow_fork``: the fork-server stage (:class:`~iclr26.core.sandbox.SandboxServer`'s worker, which runs
+    no untrusted code itself): ``clone`` without CLONE_THREAD (but never with a namespace flag) and signals
+    are allowed; every forked child installs the full filter on top before it runs anything untrusted
+    (stacked filters: the strictest answer wins).
     """
     prog: list = []  # entries: (code, jt_label_or_int, jf_label_or_int, k) ; labels resolved below
     labels: dict[str, int] = {}
@@ -382,17 +387,19 @@ def build_filter(self_pid: int) -> list[tuple[int, int, int, int]]:
     op(_JEQ_K, AUDIT_ARCH_X86_64, 0, "kill")
     op(_LD_W_ABS, _OFF_NR)
     op(_JGE_K, 0x40000000, "kill", 0)  # x32 ABI numbers
-    for nr in sorted(set(DENIED.values())):
+    for nr in sorted(set(DENIED.values()) - ({NR["fork"], NR["vfork"]} if allow_fork else set())):
         op(_JEQ_K, nr, "eperm", 0)
     op(_JEQ_K, NR["clone3"], "enosys", 0)
     op(_JEQ_K, NR["clone"], "clone", 0)
-    op(_JEQ_K, NR["kill"], "own_pid", 0)
-    op(_JEQ_K, NR["tkill"], "own_pid", 0)
-    op(_JEQ_K, NR["tgkill"], "own_pid", 0)
+    if not allow_fork:
+        op(_JEQ_K, NR["kill"], "own_pid", 0)
+        op(_JEQ_K, NR["tkill"], "own_pid", 0)
+        op(_JEQ_K, NR["tgkill"], "own_pid", 0)
     op(_RET_K, RET_ALLOW)
     labels["clone"] = len(prog)
     op(_LD_W_ABS, _OFF_ARG0)  # low 32 bits of the flags
-    op(_JSET_K, CLONE_THREAD, 0, "eperm")
+    if not allow_fork:
+        op(_JSET_K, CLONE_THREAD, 0, "eperm")
     op(_JSET_K, _NS_FLAGS, "eperm", 0)
     op(_RET_K, RET_ALLOW)
     labels["own_pid"] = len(prog)
@@ -415,10 +422,10 @@ def build_filter(self_pid: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def install_seccomp(self_pid: int | None = None) -> None:
+def install_seccomp(self_pid: int | None = None, allow_fork: bool = False) -> None:
     """Load :func:`build_filter` for this process (needs no_new_privs, set by :func:`drop_capabilities`).
     Applies to every thread started afterwards and cannot be removed."""
-    prog = build_filter(os.getpid() if self_pid is None else self_pid)
+    prog = build_filter(os.getpid() if self_pid is None else self_pid, allow_fork)
     raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
     filt = ctypes.create_string_buffer(raw, len(raw))
     fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt))  # struct sock_fprog {u16 len; ptr}

@@ -23,7 +23,7 @@ __all__ = ["MAX_DEPTH", "WireError", "decode", "encode"]
 
 MAX_DEPTH = 100  # nesting levels
 MAX_ITEMS = 1_000_000  # values in one frame
-MAX_INT_BYTES = 4096  # one int: |x| < 2**32767 (~9,900 digits)
+MAX_INT_BYTES = 1024  # one int: |x| < 2**8191 (~2,470 digits; str() refuses over 4,300 by default)
 MAX_NDIM = 32
 MAX_SAME_HASH = 8  # elements of one set / keys of one dict sharing a hash value
 _DTYPE = re.compile(r"[<>|][biufc](1|2|4|8|16)\Z")
@@ -46,6 +46,16 @@ def _np():
     import sys
 
     return sys.modules.get("numpy")
+
+
+_SCALARS: list = []
+
+
+def _scalar_types(np: Any) -> frozenset:
+    """numpy's own scalar classes (a subclass could define ``dtype`` as a property running its code)."""
+    if not _SCALARS:
+        _SCALARS.append(frozenset(t for t in np.sctypeDict.values() if isinstance(t, type)))
+    return _SCALARS[0]
 
 
 def _dtype_ok(dt: Any) -> bool:
@@ -101,12 +111,12 @@ def _enc(v: Any, out: bytearray, depth: int, count: list) -> None:
             dt = v.dtype.str.encode()
             out += b"a" + bytes([len(dt)]) + dt + bytes([v.ndim]) + b"".join(_U64.pack(d) for d in v.shape)
             out += _U64.pack(len(raw)) + raw
-        elif np is not None and isinstance(v, np.generic) and t is v.dtype.type and _dtype_ok(v.dtype):
+        elif np is not None and t in _scalar_types(np) and _dtype_ok(v.dtype):  # exact types: no user property
             dt, raw = v.dtype.str.encode(), v.tobytes()
             out += b"g" + bytes([len(dt)]) + dt + bytes([len(raw)]) + raw
         else:
             what = f"{t.__module__}.{t.__qualname__}" if isinstance(getattr(t, "__module__", None), str) else "?"
-            if np is not None and isinstance(v, np.ndarray | np.generic):
+            if np is not None and (t is np.ndarray or t in _scalar_types(np)):  # exact: v.dtype runs no user code
                 what += f" of dtype {v.dtype}"
             raise WireError(f"cannot send a value of type {what} (send plain data or plain numeric arrays)")
 
