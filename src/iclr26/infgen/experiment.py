@@ -121,6 +121,9 @@ def _run_tinytown(ctx: RunContext, cfg: RunConfig) -> RunOutput:
     )
     for seed, (res, seed_curves, scene0) in zip(ctx.seeds, jobs, strict=True):
         per_seed[seed] = res
+        # per-step training loss to metrics.jsonl (seeds may train in worker processes, so the parent logs)
+        for step, loss in enumerate(res["losses"]):
+            ctx.log(step, series=f"seed{seed}/infgen", loss=loss)
         for k, v in seed_curves.items():
             curves.setdefault(k, []).append(v)
         if frames_scene is None:

@@ -387,8 +387,11 @@ def train_bc(
     seed: int = 0,
     views=BC_VIEWS,
     p_overlay: float = 0.0,
+    log=None,
 ) -> TinyBCScorer:
-    """Behaviour cloning: cross-entropy of the gold element under the softmax over the page's elements."""
+    """Behaviour cloning: cross-entropy of the gold element under the softmax over the page's elements.
+    ``log``: optional ``log(step, **scalars)`` (e.g. ``RunContext.logger``), called after each optimiser step
+    with ``loss`` and ``epoch``."""
     torch.manual_seed(seed)
     model = TinyBCScorer()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -396,13 +399,17 @@ def train_bc(
         (*page_features(obs), torch.tensor([idx])) for obs, idx in bc_examples(corpus, tasks, views, p_overlay, seed)
     ]
     rng = np.random.default_rng(seed)
-    for _ in range(epochs):
+    step = 0
+    for epoch in range(epochs):
         for j in rng.permutation(len(data)):
             hashed, dense, target = data[int(j)]
             loss = torch.nn.functional.cross_entropy(model(hashed, dense)[None], target)
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if log is not None:
+                log(step, loss=float(loss.detach()), epoch=epoch)
+            step += 1
     return model
 
 

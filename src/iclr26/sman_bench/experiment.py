@@ -59,7 +59,12 @@ def _agents(corpus, bc_model, seed):
     return ag
 
 
-def _setup_seed(seed: int, cfg: RunConfig):
+def _logger(ctx: RunContext | None, seed: int, name: str):
+    """Per-step BC loss to ``metrics.jsonl`` (series ``seed<N>/<name>``), or None without a run context."""
+    return None if ctx is None else ctx.logger(f"seed{seed}/{name}")
+
+
+def _setup_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None):
     """The corpus (written in Mobile3M format and re-loaded), its training / held-out tasks and the BC models.
 
     Training tasks use the ``train`` vague phrasing, evaluated tasks the held-out ``eval`` one. ``tiny_bc`` learns
@@ -75,8 +80,15 @@ def _setup_seed(seed: int, cfg: RunConfig):
     train = generate_tasks(corpus, cfg.n_train_tasks, seed * 7919 + 1, apps=train_apps, phrasing="train")
     tasks = generate_tasks(corpus, cfg.n_eval_tasks, seed * 7919 + 2, apps=test_apps, phrasing="eval")
     bc = {
-        "tiny_bc": A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed),
-        "tiny_bc_noise": A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed, p_overlay=BC_NOISE_P_OVERLAY),
+        "tiny_bc": A.train_bc(corpus, train, epochs=cfg.bc_epochs, seed=seed, log=_logger(ctx, seed, "tiny_bc")),
+        "tiny_bc_noise": A.train_bc(
+            corpus,
+            train,
+            epochs=cfg.bc_epochs,
+            seed=seed,
+            p_overlay=BC_NOISE_P_OVERLAY,
+            log=_logger(ctx, seed, "tiny_bc_noise"),
+        ),
     }
     return corpus, app_names, train, tasks, bc
 
@@ -201,7 +213,7 @@ def _no_shortcut_control(seed: int, cfg: RunConfig) -> dict:
 
 
 def run_seed(seed: int, cfg: RunConfig, ctx: RunContext | None = None) -> dict:
-    corpus, app_names, train, tasks, bc = _setup_seed(seed, cfg)
+    corpus, app_names, train, tasks, bc = _setup_seed(seed, cfg, ctx)
     out: dict = {
         "n_tasks": len(tasks),
         "n_train_tasks": len(train),
