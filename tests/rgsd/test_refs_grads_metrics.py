@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from iclr26.rgsd.encoder import RGSDEncoder, _auc, _pair_batch, alignment_stats, contrastive_pretrain, info_nce
 from iclr26.rgsd.metrics import metra_cycle_ratio, pairwise_diversity, skill_realisation
-from iclr26.rgsd.reward import METRA, RGSDReward
+from iclr26.rgsd.reward import METRA, RGSDLatentSampler, RGSDReward
 from iclr26.rgsd.trainer import _reward
 from iclr26.rgsd.vmf import vmf_kl
 
@@ -148,9 +148,9 @@ def test_metra_dual_and_phi_gradients_are_separated():
     g_phi = _grads(loss, phi_params)
     d = m.phi(s2) - m.phi(s)
     cst = torch.clamp(1.0 - (d**2).sum(-1), max=m.eps).mean()
-    assert abs(float(cst)) > 1e-2
+    assert abs(float(cst.detach())) > 1e-2
     # d/dlogλ of λ·sg(cst) = λ·cst; the φ loss carries sg(λ), so adds nothing
-    assert float(g_lam) == pytest.approx(float(m.lam * cst), rel=1e-5)
+    assert float(g_lam) == pytest.approx(float((m.lam * cst).detach()), rel=1e-5)
     # φ's gradient is that of −(gain + sg(λ)·cst) only; L_λ uses sg(cst)
     gain = (d * z).sum(-1).mean()
     ref_phi = _grads(-(gain + m.lam.detach() * cst), phi_params)
@@ -228,3 +228,156 @@ def test_skill_realisation_mean_then_normalise():
     obs = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]])  # mean μ = (1/3, 2/3)
     z = torch.tensor([[1.0, 0.0]])
     assert float(skill_realisation(Enc(), obs, z)[0]) == pytest.approx(1.0 / 5**0.5, abs=1e-6)
+
+
+# ---------------------------------------------------------------- trainer / evaluation plumbing (which tensor where)
+
+
+def _smoke_bank():
+    from dataclasses import replace
+
+    from iclr26.rgsd.config import config_for
+    from iclr26.rgsd.puppet import make_references
+    from iclr26.rgsd.trainer import RefBank
+
+    cfg = config_for("smoke")
+    cfg = replace(cfg, puppet=replace(cfg.puppet, references=cfg.puppet.references[:3]))
+    return cfg, RefBank(make_references(cfg.puppet))
+
+
+def _fake_roll(n_t=16, n_e=4, d=None, k=4):
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(n_t, n_e, d, generator=g)
+    return {
+        "s": s,
+        "s2": s + 100.0,  # next states are far from current ones: a swap is visible
+        "z": F.normalize(torch.randn(n_t, n_e, k, generator=g), dim=-1),
+        "imit": torch.tensor([[True, True, True, False]] * n_t),
+    }
+
+
+@pytest.mark.parametrize("kl_states", ["visited", "reference"])
+def test_rgsd_copy_update_reads_next_states_of_discovery_transitions(kl_states):
+    from dataclasses import replace
+
+    from iclr26.rgsd.trainer import _update_module
+
+    cfg, bank = _smoke_bank()
+    cfg = replace(cfg, method=replace(cfg.method, kl_states=kl_states, disc_minibatches=2))
+    d = bank.obs.shape[-1]
+    roll = _fake_roll(d=d)
+    calls = []
+
+    class Rec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+
+        def disc_loss(self, s, z, s_anchor):
+            calls.append((s, z, s_anchor))
+            return self.w * 0.0 + (s.sum() * 0.0), {}
+
+    mod = Rec()
+    _update_module("rgsd", mod, torch.optim.SGD(mod.parameters(), lr=0.1), roll, bank, cfg, torch.Generator())
+    s2, z, imit = roll["s2"].reshape(-1, d), roll["z"].reshape(-1, 4), roll["imit"].reshape(-1)
+    got_s = torch.cat([c[0] for c in calls])
+    got_z = torch.cat([c[1] for c in calls])
+    assert len(got_s) == int((~imit).sum())
+    disc_rows = {tuple(r.tolist()) for r in s2[~imit]}
+    assert {tuple(r.tolist()) for r in got_s} == disc_rows  # next states, discovery stream only
+    # each state keeps its own skill
+    pair = {tuple(a.tolist()): tuple(b.tolist()) for a, b in zip(s2[~imit], z[~imit])}
+    assert all(pair[tuple(a.tolist())] == tuple(b.tolist()) for a, b in zip(got_s, got_z))
+    anchors = torch.cat([c[2] for c in calls])
+    if kl_states == "visited":  # every visited next state, imitation ones included, may anchor the KL
+        pool = {tuple(r.tolist()) for r in s2}
+        imitation_states = {tuple(r.tolist()) for r in s2[imit]}
+        assert any(tuple(r.tolist()) in imitation_states for r in anchors)  # 3/4 of the pool: P(miss) ~ 4^-16
+    else:
+        pool = {tuple(r.tolist()) for r in bank.obs.reshape(-1, d)}
+    assert all(tuple(r.tolist()) in pool for r in anchors)
+
+
+def test_baselines_update_on_their_own_inputs():
+    from iclr26.rgsd.trainer import _update_module
+
+    cfg, bank = _smoke_bank()
+    d = bank.obs.shape[-1]
+    roll = _fake_roll(d=d)
+    seen = {}
+
+    class Diayn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+
+        def loss(self, s, z):
+            seen.setdefault("diayn", []).append(s)
+            return self.w * 0.0
+
+    class Metra(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+
+        def loss(self, s, s2, z):
+            seen.setdefault("metra", []).append((s, s2))
+            return self.w * 0.0, {}
+
+    for arm, m in (("diayn", Diayn()), ("metra", Metra())):
+        _update_module(arm, m, torch.optim.SGD(m.parameters(), lr=0.1), roll, bank, cfg, torch.Generator())
+    assert bool((torch.cat(seen["diayn"]) > 50).all())  # DIAYN scores s_{t+1}, over every transition
+    assert len(torch.cat(seen["diayn"])) == roll["s"].numel() // d
+    for s, s2 in seen["metra"]:
+        assert torch.allclose(s2, s + 100.0)  # METRA's pairs stay (s_t, s_{t+1})
+
+
+def test_reset_starts_each_env_at_its_reference_frame():
+    from iclr26.rgsd.trainer import _Envs
+
+    cfg, bank = _smoke_bank()
+    z_refs = F.normalize(torch.randn(len(bank.refs), cfg.method.k), dim=-1)
+    smp = RGSDLatentSampler(z_refs, [bank.T] * len(bank.refs), p=0.5, seed=3)
+    envs = _Envs(cfg, bank, smp)
+    assert bool((envs.t > 0).any())  # RSI draws frames beyond the first
+    assert torch.allclose(envs.env.q, bank.q[envs.ref, envs.t])
+    assert torch.allclose(envs.env.root, bank.root[envs.ref, envs.t])
+    assert float(envs.track_err().abs().max()) < 1e-5  # at reset the puppet is on its reference frame
+    # imitation envs carry their reference's motion embedding
+    im = envs.imitate
+    assert torch.allclose(envs.z[im], z_refs[envs.ref[im]])
+
+
+def test_imitation_error_pairs_each_reference_with_its_embedding(monkeypatch):
+    import importlib
+
+    from iclr26.rgsd.trainer import TrainedArm
+
+    ev = importlib.import_module("iclr26.rgsd.evaluate")
+    cfg, bank = _smoke_bank()
+    K, h = len(bank.refs), min(cfg.eval.horizon, bank.T - 1)
+    z_refs = torch.eye(K, cfg.method.k)
+
+    def fake_rollout(ac, cfg_, bank_, ids, z, horizon, hold_pose=False):
+        # a rollout lands 1 away from reference ids[i] per unit of distance between z[i] and that reference's z_m
+        gap = (z - z_refs[ids]).norm(dim=-1) + 0.1 * torch.arange(len(ids))
+        kp = bank_.kp_world[ids, : horizon + 1].clone()
+        kp[..., 0] += gap[:, None, None]
+        return {"kp": kp}
+
+    monkeypatch.setattr(ev, "rollout_from_first_frame", fake_rollout)
+    arm = TrainedArm("rgsd", None, None, z_refs)
+    assert ev.imitation_errors(arm, cfg, bank, 0) == pytest.approx([0.1 * i for i in range(K)], abs=1e-5)
+    # DIAYN / METRA: best of n uniform skills per reference (the smallest error of that reference's rollouts)
+    n = cfg.eval.best_of
+    base = TrainedArm("diayn", None, None, None)
+
+    def fake_rollout2(ac, cfg_, bank_, ids, z, horizon, hold_pose=False):
+        err = torch.tensor([[3.0 + m + 0.5 * j if j != m % n else 1.0 + m for j in range(n)] for m in range(K)])
+        kp = bank_.kp_world[ids, : horizon + 1].clone()
+        kp[..., 0] += err.reshape(-1)[:, None, None]
+        return {"kp": kp}
+
+    monkeypatch.setattr(ev, "rollout_from_first_frame", fake_rollout2)
+    assert ev.imitation_errors(base, cfg, bank, 0) == pytest.approx([1.0 + m for m in range(K)], abs=1e-5)
+    assert h > 0
