@@ -13,6 +13,7 @@ __all__ = [
     "PretrainConfig",
     "PaperConfig",
     "RLConfig",
+    "RealConfig",
     "RunConfig",
     "SFTConfig",
     "TaskConfig",
@@ -206,6 +207,70 @@ class PaperConfig:
 
 
 @dataclass(frozen=True)
+class RealConfig:
+    """Real scale (:mod:`.real`): the temperature rule on a real instruction-tuned causal LM, CPU-sized.
+
+    Values fixed before the first real run (sizes cut to fit the shared 2-core machine; the paper uses
+    128 prompts x 8 rollouts per step and thousands of steps).
+
+    model: registered checkpoint name or local Hugging Face folder.
+    level: steps of the arithmetic word problems. Difficulty rule (fixed before any pilot): on pilot seed 5
+        (neither a default nor a held-out seed) try levels 1..4 and keep the one whose init pass@8 is in
+        [0.1, 0.9] and nearest 0.5; 2 until that pilot is run.
+    n_eval: held-out problems for avg@k / pass@k.
+    eval_samples: k (samples per held-out problem).
+    eval_chunk: problems per generation batch at evaluation.
+    eval_temperature: inference temperature (paper: 0.6).
+    temperatures: the H_T grid (as at small).
+    rl_temperatures: fixed temperatures GRPO is run at (a subset of the grid; C1 needs 0.6 and 1.0).
+    entropy_target: the paper's H_T target.
+    t_min: lower end of T* search (target below H(t_min) -> untestable).
+    t_max: upper end of T* search (target above H(t_max) -> untestable).
+    tol: bisection tolerance on |H_T - target|.
+    max_iter: bisection evaluations at most.
+    calib_prompts: problems per H_T measurement (x group_size rollouts); the same count of fresh problems
+        for H_T at T*.
+    group_size (G): rollouts per prompt (paper: 8 at the first stage).
+    max_new_tokens: response budget (truncated responses are overlong).
+    overlong_filter: mask truncated responses out of the loss.
+    steps: GRPO steps per arm.
+    prompts_per_step: prompts per GRPO step.
+    lr: AdamW learning rate of the LoRA adapters.
+    grad_clip: max gradient norm.
+    lora_rank: LoRA rank (alpha = 2 x rank).
+    lora_targets: module names LoRA wraps.
+    gate_pass_lo: competence gate: init pass@k (mean over seeds) at least this ...
+    gate_pass_hi: ... and at most this (a task where groups can carry a signal).
+    """
+
+    model: str = "smollm2-135m-instruct"
+    level: int = 2
+    n_eval: int = 16
+    eval_samples: int = 8
+    eval_chunk: int = 4
+    eval_temperature: float = 0.6
+    temperatures: tuple[float, ...] = (0.6, 0.85, 1.0, 1.3)
+    rl_temperatures: tuple[float, ...] = (0.6, 1.0)
+    entropy_target: float = 0.3
+    t_min: float = 0.3
+    t_max: float = 1.5
+    tol: float = 0.02
+    max_iter: int = 6
+    calib_prompts: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 48
+    overlong_filter: bool = True
+    steps: int = 4
+    prompts_per_step: int = 2
+    lr: float = 2e-4
+    grad_clip: float = 1.0
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    gate_pass_lo: float = 0.1
+    gate_pass_hi: float = 0.9
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything that changes a result of one run.
 
@@ -220,6 +285,7 @@ class RunConfig:
     e4: overlong filtering study.
     workers: processes running jobs in parallel (one torch thread each).
     paper: paper-scale settings.
+    real: real-scale settings (:mod:`.real`).
     """
 
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -233,10 +299,12 @@ class RunConfig:
     e4: E4Config = field(default_factory=E4Config)
     workers: int = 2
     paper: PaperConfig = field(default_factory=PaperConfig)
+    real: RealConfig = field(default_factory=RealConfig)
 
 
 def config_for(scale: str) -> RunConfig:
-    """small = the defaults; smoke shrinks every size; paper keeps the defaults and reads ``paper``."""
+    """small = the defaults; smoke shrinks every size; paper keeps the defaults and reads ``paper``; real reads
+    ``real`` (the toy sections are unused there)."""
     base = RunConfig()
     if scale == "smoke":
         return replace(

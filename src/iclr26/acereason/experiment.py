@@ -19,7 +19,15 @@ C3_SHRINK = 0.7  # gap after RL <= 0.7x the gap before
 C4_R2 = 0.7
 
 
+def _untestable(m: dict) -> None:
+    """The real scale marks a claim untestable (target unreachable on the T range, gate failed): it fails
+    with that reason instead of being judged."""
+    if m.get("untestable"):
+        raise ValueError(f"untestable: {m['untestable']}")
+
+
 def _c1(m: dict) -> bool:
+    _untestable(m)
     h = [m["h_grid"][t] for t in sorted(m["h_grid"], key=float)]
     increasing = all(a < b for a, b in zip(h, h[1:], strict=False))
     near = abs(m["h_fresh_t_star"] - m["target"]) <= C1_TOL
@@ -27,6 +35,7 @@ def _c1(m: dict) -> bool:
 
 
 def _c2(m: dict) -> bool:
+    _untestable(m)
     return m["acc_t_star"] >= m["acc"]["0.6"] + C2_MARGIN and m["acc_t_star"] >= max(m["acc"].values()) - C2_MARGIN
 
 
@@ -82,6 +91,10 @@ CLAIMS = (
 def run(ctx: RunContext) -> RunOutput:
     """Toy scales run E1-E4 (:mod:`.report_toy`); the paper scale calibrates a local checkpoint."""
     cfg: RunConfig = ctx.cfg
+    if ctx.scale == "real":
+        from .real import run_real
+
+        return run_real(ctx)
     if ctx.scale == "paper":
         from .paper import run_paper
 
@@ -98,4 +111,5 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     run=run,
     config=config_for,
+    scales=("smoke", "small", "real", "paper"),
 )

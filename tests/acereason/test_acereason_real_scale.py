@@ -1,0 +1,154 @@
+"""The real scale's pieces on a stand-in causal LM whose next-token logits z are the same at every position:
+then H_T of its own rollouts at T is exactly the entropy of softmax(z / T), so T* and the H_T grid can be
+checked against closed-form values, and the temperature each rollout was sampled at is recorded."""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from iclr26.acereason.config import RealConfig, config_for
+from iclr26.acereason.entropy import token_entropy
+from iclr26.acereason.experiment import CLAIMS
+from iclr26.acereason.real import (
+    answer_reward,
+    calibrate_on_rollouts,
+    grpo_step,
+    make_problems,
+    rollout_entropy_at,
+    sample,
+)
+from iclr26.acereason.rl import OnPolicyGRPOConfig
+
+Z = torch.tensor([3.0, 1.0, 0.5, 0.0, -1.0, -2.0])  # token 5 = EOS (rare at low T)
+
+
+class _Enc(dict):
+    def to(self, device):
+        return self
+
+
+class FakeTok:
+    chat_template = None
+    eos_token_id = 5
+    pad_token = "<eos>"
+    pad_token_id = 5
+    padding_side = "right"
+
+    def __call__(self, texts, return_tensors="pt", padding=True):
+        n = len(texts)
+        return _Enc(input_ids=torch.zeros(n, 2, dtype=torch.long), attention_mask=torch.ones(n, 2, dtype=torch.long))
+
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return [" ".join(str(int(t)) for t in row if int(t) != 5) for row in ids]
+
+
+class FakeLM(torch.nn.Module):
+    """Context-free LM: logits z at every position; generate samples softmax(z / T), records T."""
+
+    def __init__(self, z=Z):
+        super().__init__()
+        self.z = torch.nn.Parameter(z.clone())
+        self.sampled_at: list[float] = []
+
+    def generate(self, input_ids, attention_mask, do_sample, temperature, max_new_tokens, num_return_sequences, **kw):
+        assert do_sample
+        self.sampled_at.append(float(temperature))
+        ids = input_ids.repeat_interleave(num_return_sequences, 0)
+        p = torch.softmax(self.z.detach() / temperature, -1)
+        new = torch.multinomial(p.expand(ids.shape[0], -1), max_new_tokens, replacement=True)
+        return torch.cat([ids, new], 1)
+
+    def forward(self, input_ids, attention_mask=None):
+        return SimpleNamespace(logits=self.z.expand(*input_ids.shape, -1) * 1.0)
+
+
+def _rc(**kw):
+    return RealConfig(**{"calib_prompts": 2, "group_size": 4, "max_new_tokens": 6, "tol": 0.005, "max_iter": 12, **kw})
+
+
+def test_entropy_at_T_is_the_entropy_of_the_T_scaled_logits_of_rollouts_sampled_at_T():
+    lm, tok = FakeLM(), FakeTok()
+    probs = make_problems(2, 1, random.Random(0))
+    for t in (0.5, 1.3):
+        h = rollout_entropy_at(lm, tok, probs, t, 4, 6, 0)
+        assert h == pytest.approx(float(token_entropy(Z, t)), abs=1e-5)
+        assert lm.sampled_at[-1] == t
+
+
+def test_t_star_is_calibrated_on_rollouts_sampled_at_each_tried_T():
+    lm, tok = FakeLM(), FakeTok()
+    rc = _rc()
+    grid, cal = calibrate_on_rollouts(lm, tok, make_problems(2, 1, random.Random(0)), rc, 7)
+    # every (T, H) of the search is H of softmax(z / T) on rollouts sampled at that T
+    assert [t for t, _ in cal.history] == lm.sampled_at[len(rc.temperatures) :]
+    for t, h in cal.history:
+        assert h == pytest.approx(float(token_entropy(Z, t)), abs=1e-5)
+    for t, h in grid.items():
+        assert h == pytest.approx(float(token_entropy(Z, float(t))), abs=1e-5)
+    # the closed-form T with H(z / T) = 0.3, by bisection on the exact entropy
+    lo, hi = 0.05, 5.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(token_entropy(Z, mid)) < 0.3 else (lo, mid)
+    assert cal.clamped is None
+    assert abs(cal.entropy - 0.3) <= rc.tol
+    assert cal.temperature == pytest.approx(lo, abs=0.02)
+
+
+def test_unreachable_target_is_reported_clamped_not_moved():
+    lm, tok = FakeLM(Z * 0.01), FakeTok()  # nearly uniform: H_T ~ log 6 at every T
+    _, cal = calibrate_on_rollouts(lm, tok, make_problems(2, 1, random.Random(0)), _rc(), 0)
+    assert cal.clamped == "low"
+    c1 = next(c for c in CLAIMS if c.name == "C1")
+    with pytest.raises(ValueError, match="untestable"):
+        c1.check({"untestable": "target outside the range"})
+
+
+def test_answer_reward_reads_the_last_integer():
+    assert answer_reward("12 + 3 = 15. The answer is 15.", 15) == 1.0
+    assert answer_reward("The answer is 15. Wait, 14", 15) == 0.0
+    assert answer_reward("I do not know", 0) == 0.0
+    assert answer_reward("The answer is 1,024.", 1024) == 1.0
+
+
+def test_problems_have_correct_answers_and_are_distinct():
+    probs = make_problems(50, 3, random.Random(1))
+    assert len({p.question for p in probs}) == 50
+    for p in probs:
+        words = p.question.split()
+        count = int(words[2])
+        for i, w in enumerate(words):
+            if w == "away":
+                count -= int(words[i + 1].rstrip("."))
+            if w == "gets":
+                count += int(words[i + 1])
+        assert count == p.answer >= 0
+    other = make_problems(10, 3, random.Random(1), {p.question for p in probs})
+    assert not {p.question for p in other} & {p.question for p in probs}
+
+
+def test_grpo_step_moves_the_policy_toward_rewarded_tokens_at_the_sampling_temperature():
+    torch.manual_seed(0)
+    lm, tok = FakeLM(), FakeTok()
+    probs = make_problems(1, 1, random.Random(0))
+    ro = sample(lm, tok, probs, 1.0, 8, 4, 0)
+    first = ro.sequences[:, ro.prompt_len]
+    ro.rewards = (first == 0).float()  # reward: the response starts with token 0
+    assert 0 < ro.rewards.sum() < 8
+    ro.truncated = torch.zeros(8, dtype=torch.bool)
+    opt = torch.optim.SGD(lm.parameters(), lr=0.5)
+    p0 = torch.softmax(lm.z.detach(), -1)[0].item()
+    stats = grpo_step(lm, opt, ro, 1.0, OnPolicyGRPOConfig(group_size=8), 10.0)
+    assert torch.softmax(lm.z.detach(), -1)[0].item() > p0
+    assert stats["zero_adv_frac"] == 0.0
+
+
+def test_real_config_and_scale_are_registered():
+    from iclr26.acereason.experiment import EXPERIMENT
+
+    assert "real" in EXPERIMENT.scales
+    rc = config_for("real").real
+    assert rc.entropy_target == 0.3 and 0.6 in rc.rl_temperatures and 1.0 in rc.rl_temperatures
+    assert set(rc.rl_temperatures) <= set(rc.temperatures)
