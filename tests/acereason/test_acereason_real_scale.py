@@ -152,3 +152,14 @@ def test_real_config_and_scale_are_registered():
     rc = config_for("real").real
     assert rc.entropy_target == 0.3 and 0.6 in rc.rl_temperatures and 1.0 in rc.rl_temperatures
     assert set(rc.rl_temperatures) <= set(rc.temperatures)
+
+
+@pytest.mark.real
+def test_real_path_samples_words_through_the_chat_template_and_scores_them(smollm2):
+    model, tok = smollm2
+    probs = [make_problems(1, 1, random.Random(3))[0]]
+    ro = sample(model, tok, probs, 0.3, 2, 10, 0)
+    assert ro.sequences.shape[0] == 2 and ro.rewards.shape == (2,)
+    words = [w for t in ro.texts for w in t.split() if w.isalpha()]
+    assert len(words) >= 3, ro.texts  # a trained model writes words; random weights give token soup
+    assert ro.response_mask.sum() > 0
