@@ -234,3 +234,35 @@ def test_gather_and_steering_act_on_hidden_states_of_the_named_layer():
     assert (steered[3] - acts[3]).abs().max() > 1e-3  # the edit propagates upward
     after = gather_activations(model, ids, layers=[2])  # and is gone after the with block
     assert torch.allclose(after[2], acts[2], atol=1e-6)
+
+
+# ---------------------------------------------------------------- labels and output monitors (polarity, which response)
+
+
+def test_labels_read_refusal_answer_and_invalid_of_each_response():
+    world = ToyWorld()
+    rows = world.eval_prompts(4, seed=1)
+    g = [r["gold"] for r in rows]
+    wrong = [(x + 1) % 100 for x in g]
+    harmful = [world.math_response(None), world.math_response(wrong[1]), world.math_response(g[2]), [world.eos_id]]
+    twin = [world.math_response(v) for v in (g[0], g[1], wrong[2], g[3])]
+    lab = exp._labels(world, harmful, twin, rows)
+    assert lab.tolist() == ["Refusal", "New Incorrect", "Correct", "Invalid"]
+    # the twin decides New vs Both Incorrect
+    lab2 = exp._labels(world, harmful, [world.math_response(wrong[i]) for i in range(4)], rows)
+    assert lab2.tolist() == ["Refusal", "Both Incorrect", "Correct", "Invalid"]
+    assert exp._accuracy(world, twin, rows) == 0.75
+
+
+def test_output_judge_reads_lies_as_harmful_compliance():
+    """C1's premise: the jailbreak judge (trained refusal = 0, compliance = 1) calls a lie compliant."""
+    world = ToyWorld()
+    ecfg = replace(EvalConfig(), n_monitor_train=200)
+    rows = world.eval_prompts(40, seed=2)
+    lies = [world.math_response((r["gold"] + 3) % 100) for r in rows]
+    truths = [world.math_response(r["gold"]) for r in rows]
+    m = exp._output_monitors(world, 0, ecfg, lies, truths)
+    assert m["judge_harmful_rate_on_lies"] == 1.0 and m["judge_harmful_rate_on_truths"] == 1.0
+    refusals = [world.math_response(None)] * 5
+    m2 = exp._output_monitors(world, 0, ecfg, refusals, truths)
+    assert m2["judge_harmful_rate_on_lies"] == 0.0  # refusals are not harmful compliance
