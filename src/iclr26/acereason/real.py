@@ -347,18 +347,26 @@ def run_real(ctx: RunContext) -> RunOutput:
         + ("is reachable" if not clamped else f"is NOT reachable ({clamped}): C1 untestable")
         + f" on T in [{rc.t_min}, {rc.t_max}]",
     ]
-    tables = {
-        "h_t_grid": [{"seed": o["seed"], **o["h_grid"], "T*": o["t_star"], "H_fresh(T*)": o["h_fresh"]} for o in per],
-        "rl": [
-            {"seed": o["seed"], "init": o["init"]["acc"], **{n: a["hard"]["acc"] for n, a in o["arms"].items()}}
-            for o in per
-        ],
-    }
+    tables = {"H_T over T and RL avg@k per seed": _table(per)}
     _figure(ctx, per, rc)
     metrics = {"competence_gate": gate, "untestable": untestable, "per_seed": per}
     for n in notes:
         print(n)
     return RunOutput(metrics=metrics, measured={"C1": c1, "C2": c2}, tables=tables, notes=notes)
+
+
+def _table(per: list) -> str:
+    grid = list(per[0]["h_grid"])
+    arms = list(per[0]["arms"])
+    head = ["seed", *(f"H({t})" for t in grid), "T*", "H fresh(T*)", "init acc", *(f"acc {a}" for a in arms)]
+    head += [f"zero-adv0 {a}" for a in arms]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for o in per:
+        cells = [str(o["seed"]), *(f"{o['h_grid'][t]:.3f}" for t in grid), f"{o['t_star']:.3f}", f"{o['h_fresh']:.3f}"]
+        cells += [f"{o['init']['acc']:.1f}", *(f"{o['arms'][a]['hard']['acc']:.1f}" for a in arms)]
+        cells += [f"{o['arms'][a]['history'][0]['zero_adv_frac']:.2f}" for a in arms]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def _figure(ctx: RunContext, per: list, rc: Any) -> None:
