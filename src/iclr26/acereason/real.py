@@ -80,7 +80,7 @@ def make_problems(n: int, level: int, rng: random.Random, exclude: set[str] | No
 
 def chat_prompt(tokenizer: Any, question: str) -> str:
     """The question through the tokenizer's chat template (plain text when it has none)."""
-    content = question + " Think step by step and end with 'The answer is N.'"
+    content = question + " Reply with only the final number."
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(
             [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
@@ -93,7 +93,7 @@ _NUM = re.compile(r"-?\d+(?:,\d{3})*")
 
 def answer_reward(response: str, answer: int) -> float:
     """1 if the last integer in ``response`` equals ``answer`` (the paper's rule-based outcome reward on a
-    final answer; our format is "The answer is N."), else 0; no number gives 0."""
+    final answer; the prompt asks for only the final number), else 0; no number gives 0."""
     nums = _NUM.findall(response)
     if not nums:
         return 0.0
