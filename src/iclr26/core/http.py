@@ -38,6 +38,7 @@ ERRORS = (
     "http_status",
     "connect",
     "transport",
+    "encoding",
     "bad_json",
     "bad_schema",
     "bad_request",
@@ -171,11 +172,14 @@ class ChatClient:
             return _fail(
                 "redirect", f"HTTP {status} redirect to {where.scheme}://{where.netloc or '?'} not followed", status
             )
+        coding = resp.headers.get("content-encoding", "").strip().lower()
+        if coding not in ("", "identity"):  # we asked for identity: a compressed body could inflate past the cap
+            return _fail("encoding", f"refused Content-Encoding {coding[:40]!r} (only identity is accepted)", status)
         declared = resp.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             return _fail("too_large", f"declared body of {declared} bytes > cap {self.max_body_bytes}", status)
         buf = bytearray()
-        async for chunk in resp.aiter_bytes():
+        async for chunk in resp.aiter_raw():  # raw bytes: with identity these are the bytes parsed
             buf += chunk
             if len(buf) > self.max_body_bytes:
                 return _fail("too_large", f"body exceeds the cap of {self.max_body_bytes} bytes", status)
