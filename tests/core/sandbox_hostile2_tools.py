@@ -21,3 +21,22 @@ def patch_math() -> float:
 
     math.floor = lambda x: 42
     return math.floor(1.5)
+
+
+def set_trusted() -> str:
+    """Flip the worker's trusted flag, as the old harness did before formatting an exception."""
+    frame = sys._getframe()
+    while frame is not None:
+        jail = frame.f_locals.get("jail")
+        if jail is not None and type(jail).__name__ == "_Jail":
+            jail.trusted = True
+            return "trusted"
+        frame = frame.f_back
+    raise RuntimeError("no sandbox harness on the stack")
+
+
+def write_file(path: str) -> str:
+    """Library code called by the source that writes where it is told (the audit hook is what stops it)."""
+    with open(path, "w") as f:
+        f.write("pwned")
+    return "wrote"

@@ -259,3 +259,10 @@ def test_python_only_caps_each_file_so_the_count_cap_bounds_the_disk():
 def test_python_only_counts_files_opened_by_library_code():
     src = "import json\nfor i in range(40):\n    with open('f%d' % i, 'w') as f:\n        json.dump([i], f)"
     _refused(src, ("SecurityViolation", "RuntimeError"), "python-only")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_audit_hook_enforces_while_the_source_is_on_the_stack_even_if_trusted(mode, target):
+    tools = {"trust": f"{TOOLS}:set_trusted", "probe": f"{TOOLS}:write_file"}
+    res = _refused(f"trust()\nresult = probe({target!r})", "SecurityViolation", mode, tools=tools)
+    assert "outside the sandbox" in res.message

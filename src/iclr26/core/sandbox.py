@@ -51,7 +51,15 @@ Layers, outermost first (``isolation="kernel"``, the default):
    code never sees; anything else (a forged or stale frame) is ``BadResult`` and the child is killed.
 
 Persistent mode (:class:`SandboxServer`): one such child serves many calls (an RL reward function called
-every step); it is killed and replaced after any violation, timeout, crash, memory error or bad result.
+every step) as a fork-server: the worker never runs untrusted code; each request runs in a fresh fork of
+it (definitions replayed first, the work dir cleared afterwards; in kernel mode the fork stacks the full
+seccomp filter over the worker's, which allows only the fork itself), so nothing one call changes
+(module patches, stashed state, files, a replaced handler) reaches the next. The child is killed and
+replaced after any violation, timeout, crash, memory error or bad result.
+
+No code of the source runs while the worker is trusted: exception text and result conversion happen
+with the guards on, and the audit hook enforces whenever a frame of the source is on the stack.
+``python-only`` is not a security boundary: it is the Python layers alone.
 
 Known limits: the kernel layer bounds what escaped code can do to the machine, not what result it
 reports (the harness runs in the same process, so fully escaped code can fake its own result; the
@@ -600,8 +608,8 @@ class SandboxServer:
     functions with new arguments, :meth:`run` runs another snippet in a fresh namespace (modules and the
     definitions stay). Each call has its own ``limits.timeout_s``. After a violation, timeout, crash,
     memory error, oversized or refused result, the child is killed; the next call starts a fresh one
-    (:attr:`restarts` counts them). Module state (e.g. ``random``'s generator) persists between calls of
-    one child, as in any Python process: use one server per untrusted source. Thread-safe (calls are
+    (:attr:`restarts` counts them). Every call starts from the state right after the definitions (a fresh
+    fork): nothing a call changes (module state, globals, files) is seen by the next. Thread-safe (calls are
     serialised); use one server per worker thread for parallelism.
     """
 
