@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +130,16 @@ def _row(index: int, rec: object, root: Path) -> Row:
         )
     if not isinstance(rec.get("image"), str):
         return Row(index, qid, question, label, None, error=f"row {index} (question_id {qid}): missing 'image'")
-    path = root / rec["image"]
+    name = rec["image"]
+    path = root / name
+    real_root = os.path.realpath(root)
+    if (
+        os.path.isabs(name)
+        or ".." in Path(name).parts
+        or not os.path.realpath(path).startswith(os.path.join(real_root, ""))
+    ):  # the data file is input, not a licence to open any file of the machine
+        where = f"row {index} (question_id {qid})"
+        return Row(index, qid, question, label, None, error=f"{where}: image path outside the image root")
     row = Row(index, qid, question, label.strip().lower(), path)
     try:
         from PIL import Image
