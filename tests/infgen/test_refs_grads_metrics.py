@@ -52,7 +52,9 @@ def test_each_term_is_its_heads_cross_entropy_on_its_own_tokens():
 # type  | 0                     | 0                | 0       | nonzero  | none    | none    | nonzero
 
 
-@pytest.mark.parametrize(("term", "pos", "head"), [("mo", 0, "mo_head"), ("tl", 1, "tl_head"), ("type", 2, "type_head")])
+@pytest.mark.parametrize(
+    ("term", "pos", "head"), [("mo", 0, "mo_head"), ("tl", 1, "tl_head"), ("type", 2, "type_head")]
+)
 def test_gradient_table(term, pos, head, monkeypatch):
     model, h, b = _setup()
     captured = {}
