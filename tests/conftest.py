@@ -110,6 +110,8 @@ def minilm_dir():
 # --- smoke runs seen this session, for tests/test_run_logging.py (no smoke runs twice) ---------------------------
 _SMOKE_RUNS: dict = {}
 """slug -> run folder of the first default smoke run (seed 0, no ``--set`` options) made by any test."""
+_SMOKE_RUNS_WITH_OPTIONS: dict = {}
+"""slug -> run folder of the first smoke run (seed 0) made with ``--set`` options (e.g. a cheaper smoke)."""
 
 
 def _record_smoke_runs():
@@ -126,9 +128,8 @@ def _record_smoke_runs():
     @functools.wraps(original)
     def run_experiment(exp, scale, seeds=None, *args, **kwargs):
         rec = original(exp, scale, seeds, *args, **kwargs)
-        default = scale == "smoke" and not kwargs.get("options") and (seeds is None or 0 in tuple(seeds))
-        if default and not args:
-            _SMOKE_RUNS.setdefault(exp.slug, rec.out_dir)
+        if scale == "smoke" and not args and (seeds is None or 0 in tuple(seeds)):
+            (_SMOKE_RUNS_WITH_OPTIONS if kwargs.get("options") else _SMOKE_RUNS).setdefault(exp.slug, rec.out_dir)
         return rec
 
     run_experiment._records_smoke_runs = True
@@ -140,8 +141,9 @@ _record_smoke_runs()
 
 @pytest.fixture(scope="session")
 def smoke_runs():
-    """slug -> run folder of a default smoke run made earlier in this session (see :func:`_record_smoke_runs`)."""
-    return _SMOKE_RUNS
+    """``(default, with_options)``: slug -> run folder of a smoke run made earlier in this session without / with
+    ``--set`` options (see :func:`_record_smoke_runs`)."""
+    return _SMOKE_RUNS, _SMOKE_RUNS_WITH_OPTIONS
 
 
 def pytest_collection_modifyitems(config, items):
