@@ -660,6 +660,13 @@ def _handle(worker: _Worker, cfg: dict, req: dict) -> dict:
         }
 
 
+def _entries(path: str) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
 def _clear_dir(path: str) -> None:
     for entry in os.scandir(path):
         try:
@@ -676,6 +683,7 @@ def _serve_forked(worker: _Worker, cfg: dict, definitions: dict | None, req: dic
     """Fork-server (SandboxServer): every request runs in a fresh fork of this never-tainted process, so
     nothing one call does to modules, builtins, files of the worker's memory or the handler survives it.
     The fork replays the definitions first (their output is dropped), then serves the request."""
+    before = _entries(cfg["workdir"])
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -695,7 +703,18 @@ def _serve_forked(worker: _Worker, cfg: dict, definitions: dict | None, req: dic
             code = 70
         os._exit(code)
     _, status = os.waitpid(pid, 0)
-    _clear_dir(cfg["workdir"])  # files of one call do not reach the next (the definitions are replayed)
+    # files of one call do not reach the next (the definitions are replayed): what the call added is removed;
+    # entries present before it are left alone (never walk a large or read-only tree on every call)
+    for name in _entries(cfg["workdir"]) - before:
+        path = os.path.join(cfg["workdir"], name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                _clear_dir(path)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
     code = os.waitstatus_to_exitcode(status)
     if code != 0:  # the fork died without a result: die the same way, so the parent classifies it
         if code < 0:
