@@ -282,6 +282,30 @@ class CGP(nn.Module):
         p_bar = self.synthesize(w)
         return self.frf(torch.cat([p_bar, e_static, self.visual_proj(visual)], dim=-1)), w
 
+    def forward_pairs(self, e_static: Tensor, visual: Tensor) -> tuple[Tensor, Tensor]:
+        """``forward`` for every (context, concept) pair: e_static [R, D], visual [B, V] -> ([B, R, D], [B, R, N]).
+
+        Equal to ``forward(e.expand(B, R, D), v.expand(B, R, V))``, but the linear maps of v and of e run once
+        per context and per concept: a first layer on a concatenation splits as
+        W·[v ; e] = W_v·v + W_e·e, and φ_v(v) is the same for every concept.
+        """
+        _check_visual(visual, self.visual_dim)
+        if e_static.dim() != 2 or e_static.shape[-1] != self.dim or visual.dim() != 2:
+            raise ValueError(f"need e_static [R, {self.dim}] and visual [B, {self.visual_dim}]")
+        v_dim, d = self.visual_dim, self.dim
+        l1, l2 = self.rcg[0], self.rcg[2]
+        pre = (visual @ l1.weight[:, :v_dim].T).unsqueeze(1) + (e_static @ l1.weight[:, v_dim:].T + l1.bias)
+        logits = l2(F.relu(pre))  # [B, R, N]
+        w = logits.softmax(-1) if self.gate == "softmax" else logits.sigmoid()
+        p_bar = self.synthesize(w)  # [B, R, D]
+        f1, f2 = self.frf[0], self.frf[2]
+        hid = (
+            p_bar @ f1.weight[:, :d].T
+            + (e_static @ f1.weight[:, d : 2 * d].T + f1.bias)
+            + (self.visual_proj(visual) @ f1.weight[:, 2 * d :].T).unsqueeze(1)
+        )
+        return f2(F.relu(hid)), w
+
 
 # ---------------------------------------------------------------------------------------------- regularisers
 @dataclass(frozen=True)

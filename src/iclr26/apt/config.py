@@ -95,6 +95,9 @@ class DataConfig:
     cue_strength: how strongly the detector sees the synonym-separating cues (pose, stride, grip; the pose's
         box aspect is shrunk towards square by the same factor). 1 = the first-round world, where every
         tail predicate had a strong cue and B0 recalled all of them.
+    text_align: strength a of the language-aligned (CLIP-like) union channel t = a·√D·e(p) + ε, ε ~ N(0, I):
+        e(p) is the frozen MiniLM vector of the predicate annotated on the unordered pair (0 if none); 0 turns
+        the channel off (the world before it). See shapes_sg.py.
     world_seed: seed of the fixed random 'detector' MLPs (the same world for every run seed).
     """
 
@@ -109,6 +112,7 @@ class DataConfig:
     feat_dim: int = 64
     feat_noise: float = 0.3
     cue_strength: float = 0.1
+    text_align: float = 0.0
     world_seed: int = 0
 
 

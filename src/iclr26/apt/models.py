@@ -53,13 +53,15 @@ class RelationModel(nn.Module):
         apt: APTConfig | None = None,
         head: HeadConfig | None = None,
         feat_dim: int = 64,
+        union_dim: int | None = None,
     ) -> None:
         super().__init__()
         apt, head = apt or APTConfig(), head or HeadConfig()
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         self.variant, self.tau, self.reg_weights = variant, head.tau, apt.reg
-        d, w, pair_dim = obj_table.shape[1], head.width, feat_dim + GEO_DIM
+        # pair context [v_u ; geo]: union features (plus the aligned channel when present, union_dim) and geometry
+        d, w, pair_dim = obj_table.shape[1], head.width, (feat_dim if union_dim is None else union_dim) + GEO_DIM
         self.register_buffer("obj_static", obj_table.float().clone())
         self.register_buffer("pred_static", pred_table.float().clone())
         kw = dict(prompt_len=apt.prompt_len, per_class=apt.per_class, hidden=apt.hidden)
@@ -90,7 +92,7 @@ class RelationModel(nn.Module):
             self.obj_table = nn.Parameter(obj_table.float().clone())
             self.pred_table = nn.Parameter(pred_table.float().clone())
         if variant == "adapter":
-            ref = RelationModel(obj_table, pred_table, "apt", apt, head, feat_dim)
+            ref = RelationModel(obj_table, pred_table, "apt", apt, head, feat_dim, union_dim)
             h = adapter_hidden(ref.added_parameters(), d)
             self.obj_adapter, self.pred_adapter = _mlp(d, h, d), _mlp(d, h, d)
         self.w_e = nn.Linear(d, head.sem_dim)
@@ -135,10 +137,7 @@ class RelationModel(nn.Module):
 
     def cgp_embeddings(self, pair_ctx: Tensor) -> tuple[Tensor, Tensor]:
         """(ẽ_ov [B, R, D], gates [B, R, N]) from the CGP for every predicate and pair."""
-        b, r = pair_ctx.shape[0], self.pred_static.shape[0]
-        e = self.pred_static.unsqueeze(0).expand(b, r, -1)
-        v = pair_ctx.unsqueeze(1).expand(b, r, -1)
-        return self.cgp(e, v)
+        return self.cgp.forward_pairs(self.pred_static, pair_ctx)  # = cgp(e, v) on the [B, R] grid, exact
 
     # ------------------------------------------------------------------ forward / loss
     def forward(self, batch: dict[str, Tensor]) -> Tensor:

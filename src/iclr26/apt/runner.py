@@ -44,7 +44,7 @@ def _tables() -> tuple[torch.Tensor, torch.Tensor]:
 def _fit_eval(cfg: RunConfig, data, variant: str, seed: int, novel_ids=(), log: Callable | None = None):
     obj, pred = _tables()
     torch.manual_seed(seed * 101 + 7)
-    model = RelationModel(obj, pred, variant, cfg.method, cfg.head, cfg.data.feat_dim)
+    model = RelationModel(obj, pred, variant, cfg.method, cfg.head, cfg.data.feat_dim, data.train.union_dim)
     pairs, labels = training_pairs(data.train, cfg.optim.bg_ratio, seed, novel_ids)
     timing = train_model(model, data.train, pairs, labels, cfg.optim, seed, log=log)
     res = evaluate(model, data.test, cfg.ks, cfg.head_k, cfg.tail_k, novel_ids)

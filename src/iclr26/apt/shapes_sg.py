@@ -17,6 +17,18 @@ Near-synonyms thus share class pairs and differ only in what the "detector" sees
 fixed random MLP of object attributes (class, pose, stride, size) plus noise; union features a fixed random
 MLP of pair attributes (classes, poses, strides, offsets, IoU, contact, grip, depth order) plus noise; box
 geometry is 9-d. Every unannotated ordered pair is background.
+
+Language-aligned union channel (``text_align`` a > 0), a CLIP-like stand-in: open-vocabulary SGG models read
+region features from an image encoder trained to agree with a text encoder (the paper's SDSGG and OvSGTR build
+on CLIP and GroundingDINO), so what a region shows lies near the text of its description. Here every ordered
+pair gets a 384-d channel in the frozen name table's space,
+
+    t_ij = a·√D·e(p_{ij}) + ε,   ε ~ N(0, I_D),
+
+where e(p_{ij}) is the L2-normalised MiniLM vector of the predicate annotated on the *unordered* pair {i, j}
+(the union region is the same crop for (i, j) and (j, i); the order stays in the geometry) and 0 for a pair
+without one. a is the channel's signal-to-noise ratio in norm (‖a·√D·e‖ = a·√D, E‖ε‖² = D); the noise comes
+from its own generator, so a = 0 (channel off) gives the world without it bit for bit.
 """
 
 from __future__ import annotations
@@ -26,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from iclr26.apt.names import OBJECTS, PREDICATES
+from iclr26.apt.names import OBJECTS, PREDICATES, load_table
 
-__all__ = ["ShapesSG", "Split", "generate", "generate_with_scenes", "predicate_id"]
+__all__ = ["ShapesSG", "Split", "aligned_channel", "generate", "generate_with_scenes", "predicate_id"]
 
 N_OBJ, N_PRED = len(OBJECTS), len(PREDICATES)
 O = {n: i for i, n in enumerate(OBJECTS)}
@@ -109,7 +121,8 @@ class Split:
     """One split as flat tensors: objects, ordered pairs (all of them), and per-image pair ranges.
 
     obj_cls [No], obj_vis [No, F]; pair_s / pair_o [Np] global object indices; pair_label [Np] (0 = background);
-    pair_union [Np, F]; pair_geo [Np, 9]; pair_img [Np]; img_obj_start [I + 1] object offsets per image.
+    pair_union [Np, F]; pair_geo [Np, 9]; pair_img [Np]; img_obj_start [I + 1] object offsets per image;
+    pair_text [Np, D] the language-aligned union channel, or None when it is off.
     """
 
     obj_cls: torch.Tensor
@@ -123,10 +136,16 @@ class Split:
     img_obj_start: torch.Tensor
     obj_pose: torch.Tensor
     obj_stride: torch.Tensor
+    pair_text: torch.Tensor | None = None
 
     @property
     def n_images(self) -> int:
         return len(self.img_obj_start) - 1
+
+    @property
+    def union_dim(self) -> int:
+        """Width of the union input the models read: ``pair_union`` plus the aligned channel when present."""
+        return self.pair_union.shape[1] + (0 if self.pair_text is None else self.pair_text.shape[1])
 
 
 @dataclass
@@ -329,6 +348,26 @@ def _split(rng, world: _World, n_images: int, prior: np.ndarray, cfg, scenes: li
     )
 
 
+def aligned_channel(split: Split, pred_table: np.ndarray, strength: float, rng) -> torch.Tensor:
+    """The language-aligned union channel t_ij = a·√D·e(p_{ij}) + ε of every ordered pair (module docstring).
+
+    p_{ij} is the predicate annotated on (i, j) or on (j, i) (pairs are disjoint, so at most one); pairs with
+    none get e = 0. ``pred_table`` rows are predicates 1..R (L2-normalised); returns [Np, D] float32.
+    """
+    lab = split.pair_label.numpy()
+    s, o = split.pair_s.numpy(), split.pair_o.numpy()
+    pair_pred = lab.copy()
+    index = {(int(a), int(b)): n for n, (a, b) in enumerate(zip(s, o, strict=True))}
+    for n in np.nonzero(lab > 0)[0]:
+        pair_pred[index[(int(o[n]), int(s[n]))]] = lab[n]
+    d = pred_table.shape[1]
+    signal = np.zeros((len(lab), d))
+    fg = pair_pred > 0
+    signal[fg] = pred_table[pair_pred[fg] - 1]
+    noise = rng.normal(0.0, 1.0, (len(lab), d))
+    return torch.as_tensor(strength * np.sqrt(d) * signal + noise, dtype=torch.float32)
+
+
 def longtail_prior(zipf: float) -> np.ndarray:
     """Predicate prior in PREDICATES order: p(k) ∝ rank(k)^-zipf with ranks from LONGTAIL_ORDER."""
     rank = np.array([LONGTAIL_ORDER.index(p) + 1 for p in PREDICATES], dtype=float)
@@ -343,6 +382,8 @@ def generate_with_scenes(cfg, seed: int) -> tuple[ShapesSG, tuple[list, list, li
         raise ValueError("need 2 <= min_objects <= max_objects and min_relations >= 1")
     if not 0.0 < cfg.cue_strength <= 1.0:
         raise ValueError(f"cue_strength must be in (0, 1], got {cfg.cue_strength}")
+    if not (np.isfinite(cfg.text_align) and cfg.text_align >= 0.0):
+        raise ValueError(f"text_align must be a finite number >= 0, got {cfg.text_align}")
     obj_in = N_OBJ + 3 + 3
     pair_in = 2 * N_OBJ + 6 + 10
     world = _World(cfg.world_seed, cfg.feat_dim, obj_in, pair_in)
@@ -351,6 +392,11 @@ def generate_with_scenes(cfg, seed: int) -> tuple[ShapesSG, tuple[list, list, li
     scenes: tuple[list, list, list] = ([], [], [])
     sizes = (cfg.n_train, cfg.n_val, cfg.n_test)
     data = ShapesSG(*(_split(rng, world, n, prior, cfg, sc) for n, sc in zip(sizes, scenes, strict=True)))
+    if cfg.text_align > 0.0:
+        pred = load_table()[1]
+        text_rng = np.random.default_rng([seed, 7003])  # its own stream: the rest of the world is unchanged
+        for sp in (data.train, data.val, data.test):
+            sp.pair_text = aligned_channel(sp, pred, cfg.text_align, text_rng)
     return data, scenes
 
 

@@ -45,7 +45,9 @@ def batch_of(split: Split, idx: torch.Tensor, labels: torch.Tensor | None = None
         "cls_o": split.obj_cls[o],
         "vis_s": split.obj_vis[s],
         "vis_o": split.obj_vis[o],
-        "union": split.pair_union[idx],
+        "union": split.pair_union[idx]
+        if split.pair_text is None
+        else torch.cat([split.pair_union[idx], split.pair_text[idx]], -1),
         "geo": split.pair_geo[idx],
     }
     if labels is not None:
