@@ -23,9 +23,8 @@ import torch
 from torch import Tensor
 
 from iclr26.core.experiment import RunContext, RunOutput
-from iclr26.core.hf import pure_generation_kwargs
 
-from .entropy import CalibrationResult, calibrate_temperature, temperature_adjusted_entropy
+from .entropy import CalibrationResult, calibrate_temperature, token_entropy
 from .rl import OnPolicyGRPOConfig, onpolicy_grpo_loss, zero_advantage_fraction
 
 __all__ = [
@@ -106,7 +105,9 @@ class RealRollouts:
 
     sequences: ``[B, P + L]`` prompt (left padded) + response ids. prompt_len: P. attention: ``[B, P + L]``.
     response_mask: ``[B, L]`` response tokens up to and including the first EOS. truncated: ``[B]`` no EOS
-    within the budget. rewards: ``[B]``. texts: decoded responses.
+    within the budget. rewards: ``[B]``. texts: decoded responses. entropies: ``[B, L]`` entropy of
+    softmax(logits / T) at each response position, from the logits the token was sampled from (``None``
+    unless asked for).
     """
 
     sequences: Tensor
@@ -116,6 +117,12 @@ class RealRollouts:
     truncated: Tensor
     rewards: Tensor
     texts: list[str]
+    entropies: Tensor | None = None
+
+
+def _positions(attention: Tensor) -> Tensor:
+    """RoPE positions of left-padded rows: 0 at each row's first real token (padding gets 0)."""
+    return (attention.long().cumsum(-1) - 1).clamp_min(0)
 
 
 @torch.no_grad()
@@ -127,39 +134,75 @@ def sample(
     group_size: int,
     max_new_tokens: int,
     seed: int,
+    entropy: bool = False,
 ) -> RealRollouts:
-    """Sample ``group_size`` responses per problem at ``temperature`` with pure sampling (nothing from the
-    model's generation config), and score them with :func:`answer_reward`."""
+    """Sample ``group_size`` responses per problem at ``temperature`` with pure sampling (``softmax(z / T)``,
+    no top-k / top-p / repetition penalty), and score them with :func:`answer_reward`.
+
+    Each prompt is run through the model once and its KV cache is shared by its ``group_size`` rollouts
+    (the same distribution as ``generate(num_return_sequences=G)``, without G copies of the prompt's
+    forward pass). ``entropy=True`` also keeps the per-token H_T of the sampling logits, which equal the
+    teacher-forced logits of the finished rollout (checked in the tests), so H_T needs no second forward.
+    """
+    if not temperature > 0:
+        raise ValueError(f"sampling needs a temperature > 0, got {temperature}")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     device = next(model.parameters()).device
     enc = tokenizer([chat_prompt(tokenizer, p.question) for p in problems], return_tensors="pt", padding=True)
     enc = enc.to(device)
-    torch.manual_seed(seed)
-    out = model.generate(
-        **enc,
-        **pure_generation_kwargs(do_sample=True, temperature=float(temperature)),
-        max_new_tokens=max_new_tokens,
-        num_return_sequences=group_size,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    p_len = enc["input_ids"].shape[1]
-    resp = out[:, p_len:]
-    is_eos = resp == tokenizer.eos_token_id
+    ids, p_mask = enc["input_ids"], enc["attention_mask"]
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    pos = _positions(p_mask)
+    out = model(input_ids=ids, attention_mask=p_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].repeat_interleave(group_size, 0)
+    mask = p_mask.repeat_interleave(group_size, 0)
+    nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1
+    done = torch.zeros(mask.shape[0], dtype=torch.bool, device=device)
+    toks: list[Tensor] = []
+    ents: list[Tensor] = []
+    for step in range(max_new_tokens):
+        if entropy:
+            ents.append(token_entropy(logits.float(), temperature))
+        probs = torch.softmax(logits.float() / temperature, -1)
+        t = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        t = torch.where(done, torch.full_like(t, pad), t)
+        toks.append(t)
+        done = done | (t == eos)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        out = model(input_ids=t[:, None], attention_mask=mask, position_ids=nxt, past_key_values=cache, use_cache=True)
+        cache, logits, nxt = out.past_key_values, out.logits[:, -1], nxt + 1
+    resp = torch.stack(toks, 1)
+    p_len = ids.shape[1]
+    is_eos = resp == eos
     after = (is_eos.long().cumsum(1) - is_eos.long()) > 0
     resp_mask = (~after).long()
     truncated = ~is_eos.any(1)
-    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), resp_mask], 1)
+    seqs = torch.cat([ids.repeat_interleave(group_size, 0), resp], 1)
+    attn = torch.cat([p_mask.repeat_interleave(group_size, 0), resp_mask], 1)
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
     answers = [p.answer for p in problems for _ in range(group_size)]
     rewards = torch.tensor([answer_reward(t, a) for t, a in zip(texts, answers, strict=True)])
-    return RealRollouts(out, p_len, attn, resp_mask, truncated, rewards, texts)
+    h = torch.stack(ents, 1) if entropy else None
+    return RealRollouts(seqs, p_len, attn, resp_mask, truncated, rewards, texts, h)
 
 
 def _response_logits(model: Any, ro: RealRollouts) -> Tensor:
-    logits = model(input_ids=ro.sequences, attention_mask=ro.attention).logits
-    return logits[:, ro.prompt_len - 1 : -1].float()
+    """Teacher-forced logits predicting each response token, ``[B, L, V]`` (the LM head only on those)."""
+    n_resp = ro.sequences.shape[1] - ro.prompt_len
+    out = model(
+        input_ids=ro.sequences,
+        attention_mask=ro.attention,
+        position_ids=_positions(ro.attention),
+        logits_to_keep=n_resp + 1,
+    )
+    return out.logits[:, -(n_resp + 1) : -1].float()
 
 
 @torch.no_grad()
@@ -172,10 +215,12 @@ def rollout_entropy_at(
     max_new: int,
     seed: int,
 ) -> float:
-    """H_T at ``temperature``: the model's own rollouts sampled at T, re-scored teacher-forced, entropy of
-    softmax(logits / T) per response token, token mean (verl's ``actor/entropy``)."""
-    ro = sample(model, tokenizer, problems, temperature, group_size, max_new, seed)
-    return float(temperature_adjusted_entropy(_response_logits(model, ro), temperature, ro.response_mask))
+    """H_T at ``temperature``: the model's own rollouts sampled at T, entropy of softmax(logits / T) per
+    response token (the logits each token was sampled from), token mean over response tokens (verl's
+    ``actor/entropy``)."""
+    ro = sample(model, tokenizer, problems, temperature, group_size, max_new, seed, entropy=True)
+    m = ro.response_mask.to(ro.entropies.dtype)
+    return float((ro.entropies * m).sum() / m.sum().clamp_min(1.0))
 
 
 def grpo_step(
@@ -226,10 +271,15 @@ def calibrate_on_rollouts(
 ) -> tuple[dict[str, float], CalibrationResult]:
     """H_T over ``rc.temperatures`` and T* by the paper's rule (bisection for H_T = ``rc.entropy_target`` on
     ``[rc.t_min, rc.t_max]``); every H_T comes from the model's own rollouts sampled at that T, with common
-    random numbers (the same sampling seed at every T)."""
+    random numbers (the same sampling seed at every T). A T met twice (a bisection midpoint on the grid) is
+    measured once: with the same seed its rollouts, and so its H_T, are the same."""
+    measured: dict[float, float] = {}
 
     def h_at(t: float) -> float:
-        return rollout_entropy_at(model, tok, problems, t, rc.group_size, rc.max_new_tokens, seed)
+        key = round(float(t), 9)
+        if key not in measured:
+            measured[key] = rollout_entropy_at(model, tok, problems, t, rc.group_size, rc.max_new_tokens, seed)
+        return measured[key]
 
     grid = {str(t): h_at(t) for t in rc.temperatures}
     cal = calibrate_temperature(h_at, rc.entropy_target, (rc.t_min, rc.t_max), rc.tol, rc.max_iter)
@@ -241,8 +291,10 @@ def run_seed(rc: Any, seed: int, model_dir: str, log: Any = print) -> dict[str, 
     from iclr26.core.hf import load_local
 
     t0 = time.time()
+    timings: dict[str, float] = {}
     torch.manual_seed(seed)
     base, tok = load_local(model_dir, dtype=torch.float32)
+    timings["load"] = time.time() - t0
     rng = random.Random(f"acereason-real-{seed}")
     held = make_problems(rc.n_eval, rc.level, rng)
     fresh = make_problems(rc.calib_prompts, rc.level, rng, {p.question for p in held})
@@ -252,11 +304,18 @@ def run_seed(rc: Any, seed: int, model_dir: str, log: Any = print) -> dict[str, 
     n_train = rc.steps * rc.prompts_per_step
     train = make_problems(n_train, rc.level, rng, used)
 
+    t1 = time.time()
     grid, cal = calibrate_on_rollouts(base, tok, calib, rc, 20_000 + seed)
+    timings["calibration"] = time.time() - t1
+    timings["calibration_evals"] = float(len({round(t, 9) for t in [*rc.temperatures, *(t for t, _ in cal.history)]}))
     log(f"[seed {seed}] H_T grid {grid} ({time.time() - t0:.0f}s)")
+    t1 = time.time()
     h_fresh = rollout_entropy_at(base, tok, fresh, cal.temperature, rc.group_size, rc.max_new_tokens, 30_000 + seed)
+    timings["fresh"] = time.time() - t1
     log(f"[seed {seed}] T* = {cal.temperature:.3f} (clamped={cal.clamped}), H fresh {h_fresh:.3f}")
+    t1 = time.time()
     init = _avg_at_k(base, tok, held, rc, 40_000 + seed)
+    timings["eval_init"] = time.time() - t1
     log(f"[seed {seed}] init avg@{rc.eval_samples} {init['acc']:.1f} pass@k {init['pass_at_k']:.2f}")
     init_state = {k: v.clone() for k, v in base.state_dict().items()}
     arms: dict[str, dict] = {}
@@ -267,13 +326,17 @@ def run_seed(rc: Any, seed: int, model_dir: str, log: Any = print) -> dict[str, 
         model = _lora(base, rc)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rc.lr, weight_decay=0.0)
         hist = []
+        t1 = time.time()
         for step in range(rc.steps):
             batch = train[step * rc.prompts_per_step : (step + 1) * rc.prompts_per_step]
             ro = sample(model, tok, batch, temp, rc.group_size, rc.max_new_tokens, 50_000 + 97 * seed + step)
             stats = grpo_step(model, opt, ro, temp, gcfg, rc.grad_clip)
             stats["zero_adv_frac"] = zero_advantage_fraction(ro.rewards, rc.group_size)
             hist.append({"step": step, **stats})
+        timings[f"rl {name}"] = time.time() - t1
+        t1 = time.time()
         after = _avg_at_k(model, tok, held, rc, 40_000 + seed)
+        timings[f"eval {name}"] = time.time() - t1
         arms[name] = {"temperature": temp, "history": hist, "hard": after}
         log(
             f"[seed {seed}] RL {name} (T={temp:.3f}): avg@k {after['acc']:.1f}, zero-adv step0 "
@@ -291,6 +354,7 @@ def run_seed(rc: Any, seed: int, model_dir: str, log: Any = print) -> dict[str, 
         "init": init,
         "arms": arms,
         "seconds": time.time() - t0,
+        "timings": timings,
     }
 
 
