@@ -22,7 +22,7 @@ STAGES = {
 }
 
 
-def _server(afford="paper"):
+def _server(afford="scaled"):
     funcs = build_stage_machine(STAGES, [0, 1], afford=afford)
     src, _ = assemble(funcs)
     return SandboxServer(src)
@@ -65,8 +65,8 @@ def test_success_only_at_the_last_stage():
         np.testing.assert_array_equal(st, [1, 1])
 
 
-def test_official_afford_form_flag():
-    with _server("official") as srv:
+def test_penalised_afford_form_flag():
+    with _server("penalised") as srv:
         info = _info([False, False], [False, False], n=2)
         a = _action([1, 0], np.zeros((2, 3)))
         r, _ = srv.call("skill_reward", info, info, a, np.array([0, 0])).value

@@ -31,6 +31,12 @@ class PipelineSettings:
     eval_envs: environments of the deterministic evaluation rollout after PPO.
     isolation: sandbox isolation, "" = ICLR26_SANDBOX_ISOLATION or kernel; or kernel / python-only.
     workers: processes for the per-seed pipelines and the PPO jobs.
+    draft_from: what a round's code draft is merged into: "empty" (official ``latest_funcs = {}``: the draft
+        must hold every required function; the previous round's functions are only shown) or "previous".
+    review_context: "fresh" (each review question in a new chat with the code, plan and request) or
+        "conversation" (official rosetta_sh.py: appended to the coder's chat); paper scale: conversation.
+    no_staging_plan: the no_staging arm makes a plan call without the stage rules (True) or none at all and
+        codes from the grounded request (False: official ablations/no_staging.py).
     """
 
     n_preferences: int = 16
@@ -43,6 +49,9 @@ class PipelineSettings:
     eval_envs: int = 256
     isolation: str = ""
     workers: int = 2
+    draft_from: Literal["empty", "previous"] = "empty"
+    review_context: Literal["fresh", "conversation"] = "fresh"
+    no_staging_plan: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,10 @@ def config_for(scale: str) -> RunConfig:
             workers=1,
         )
         return replace(base, ppo=replace(base.ppo, total_steps=10_240, num_envs=32), pipeline=pipe)
-    if scale == "paper":
-        return replace(base, backend=replace(base.backend, kind="openai"))
+    if scale == "paper":  # the official rosetta_sh protocol: reviews in the coder's conversation
+        return replace(
+            base,
+            backend=replace(base.backend, kind="openai"),
+            pipeline=replace(base.pipeline, review_context="conversation"),
+        )
     return base

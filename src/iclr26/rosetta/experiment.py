@@ -89,7 +89,7 @@ def _pref_rows(router, pref, cfg: RunConfig, seed: int, scored) -> tuple[list[di
     """Every arm on one preference: round outcome, AUROC, monotonicity (rosetta); the final functions per arm."""
     from .env import EnvConfig, TabletopLite
     from .intent import rollout_states
-    from .pipeline import ARMS, demo_to_language, record_demo, rosetta_round
+    from .pipeline import arm_config, demo_to_language, record_demo, rosetta_round
     from .scoring import completion_steps, monotone_at_completions, reward_auroc
     from .smoke import SmokeResult, SmokeRunner
     from .standin import oracle_functions
@@ -109,12 +109,14 @@ def _pref_rows(router, pref, cfg: RunConfig, seed: int, scored) -> tuple[list[di
                 res = rosetta_round(
                     router,
                     pref,
-                    ARMS[arm],
+                    arm_config(arm, cfg.pipeline.no_staging_plan),
                     task=pref.task,
                     video=video,
                     seed=seed,
                     tries=cfg.pipeline.error_tries,
                     runner=runner,
+                    draft_from=cfg.pipeline.draft_from,
+                    review_context=cfg.pipeline.review_context,
                 )
                 f = res.funcs
             row = {
@@ -145,7 +147,7 @@ def _chain_rows(router, r1, r2, cfg: RunConfig, seed: int, scored) -> list[dict]
     """Two rounds (rosetta and eureka): round 2 starts from round 1's functions and next description."""
     from .env import TabletopLite
     from .intent import rollout_states
-    from .pipeline import ARMS, demo_to_language, record_demo, rosetta_round
+    from .pipeline import arm_config, demo_to_language, record_demo, rosetta_round
     from .scoring import reward_auroc
     from .smoke import SmokeRunner
 
@@ -155,8 +157,17 @@ def _chain_rows(router, r1, r2, cfg: RunConfig, seed: int, scored) -> list[dict]
         router.context = {"seed": seed, "pid": r2.pid, "arm": arm}
         with SmokeRunner(seed=seed, env_cfg=cfg.env, isolation=_isolation(cfg)) as runner:
             v1 = demo_to_language(router, record_demo(r1, seed), scene, cfg.pipeline.demo_stride)
+            opts = {"draft_from": cfg.pipeline.draft_from, "review_context": cfg.pipeline.review_context}
             one = rosetta_round(
-                router, r1, ARMS[arm], task=r1.task, video=v1, seed=seed, runner=runner, tries=cfg.pipeline.error_tries
+                router,
+                r1,
+                arm_config(arm),
+                task=r1.task,
+                video=v1,
+                seed=seed,
+                runner=runner,
+                tries=cfg.pipeline.error_tries,
+                **opts,
             )
             st, _ = rollout_states(r2.demo, r2.n_objects, 1, seed)
             v2 = demo_to_language(router, st, scene, cfg.pipeline.demo_stride)
@@ -164,13 +175,14 @@ def _chain_rows(router, r1, r2, cfg: RunConfig, seed: int, scored) -> list[dict]
             two = rosetta_round(
                 router,
                 r2,
-                ARMS[arm],
+                arm_config(arm),
                 task=task2,
                 video=v2,
                 prev_funcs=one.funcs,
                 seed=seed,
                 runner=runner,
                 tries=cfg.pipeline.error_tries,
+                **opts,
             )
             rows.append(
                 {

@@ -3,14 +3,27 @@
 The CSV is the official annotation form's export (``demo/preference.csv`` in the official repository):
 six columns, in order: Timestamp, Score, annotator name, video id, video description, feedback (the
 header cells are the form's long questions; we match them by their first words). The video id names
-the environment (e.g. ``-SphereAndBins-4ebb1fc87b6b0ebf``). For each row the pipeline runs with the
-configured backends; the demo description is, in order of preference, ``demo_dir/<video id>.txt``
-(numeric state strings, one per kept frame, captioned by the ``caption`` role) or the row's description.
-Outputs: ``rewards.jsonl`` (one line per row: functions or ``{}`` with the reason) and the transcript.
+the environment (e.g. ``-SphereAndBins-4ebb1fc87b6b0ebf``; official ``gen_config_dirs.parse_videoname``:
+the uid follows the last hyphen, the environment is the first hyphen-separated part with a capital letter).
 
-RL at paper scale (ManiSkill3 PPO with the official settings, one GPU per preference) is not part of
-this package; the generated functions are what a ManiSkill reward patcher would load. That job runs
-validated code at every step and belongs in a container without network.
+Each row is routed by its environment (:data:`ROUTES`): only environments with a stand-in here run, i.e.
+``SphereAndBins`` (short horizon: one object into one of two bins) on :class:`TabletopLite`. A row naming
+any other environment (``ThreeCubes``, ``ObjectsAndBins``, ``ObjectsAndDrawer``: long horizon with action
+primitives and the stage machine; ``BallAndTarget``, ``CubeAndPoint``, ...: other scenes) is refused with
+its reason in ``rewards.jsonl`` and no model call, instead of being rewritten into a TabletopLite task; a
+file whose rows are all refused stops the run with a one-line error.
+
+For each routed row the pipeline runs with the configured backends; the demo description is, in order of
+preference, ``demo_dir/<video id>.txt`` (numeric state strings, one per kept frame, captioned by the
+``caption`` role) or the row's description. Outputs: ``rewards.jsonl`` (one line per row: functions or
+``{}`` with the reason) and the transcript.
+
+The functions are written against TabletopLite's contract (``evaluate(state)``,
+``compute_dense_reward(state, action, info)`` on the plain state dict of :meth:`TabletopLite.state`): they
+load into this package's sandbox (:class:`~iclr26.rosetta.smoke.SmokeRunner`, the PPO of :mod:`.ppo`), not
+into a ManiSkill environment, whose methods (``evaluate(self)``, ``compute_dense_reward(self, obs, action,
+info)``) read the simulator's actors; ManiSkill training with the official settings is not part of this
+package.
 """
 
 from __future__ import annotations
@@ -26,10 +39,14 @@ from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from .backends import HFBackend, OpenAICompatBackend, RoleRouter
 from .config import BackendConfig, RunConfig
 
-__all__ = ["CSV_COLUMNS", "FeedbackRow", "make_router", "read_feedback_csv", "run_paper"]
+__all__ = ["CSV_COLUMNS", "ROUTES", "FeedbackRow", "make_router", "read_feedback_csv", "route", "run_paper"]
 
 CSV_COLUMNS = ("Timestamp", "Score", "What's your name", "Which video", "Describe the video", "Give feedback")
 CODE_ROLES = ("code", "review_geometry", "review_targets", "review_density", "review_masking", "fix_error")
+
+ROUTES = {"SphereAndBins": "TabletopLite"}
+"""Official environment -> the environment its rows run in here (short horizon only)."""
+_LONG_HORIZON = ("ThreeCubes", "ObjectsAndBins", "ObjectsAndDrawer")
 
 
 @dataclass(frozen=True)
@@ -45,8 +62,28 @@ class FeedbackRow:
 
     @property
     def env_name(self) -> str:
-        parts = [p for p in self.video.split("-") if p]
-        return parts[0] if parts else ""
+        """The environment in the video id (official ``parse_videoname``: uid after the last hyphen, then
+        the first hyphen-separated part with a capital letter; "" when there is none)."""
+        head = self.video.rsplit("-", 1)[0] if "-" in self.video else ""
+        return next((p for p in head.split("-") if any(c.isupper() for c in p)), "")
+
+
+def route(row: FeedbackRow) -> tuple[str | None, str]:
+    """(environment to run the row in, "") or (None, why the row is refused)."""
+    env = row.env_name
+    if env in ROUTES:
+        return ROUTES[env], ""
+    if not env:
+        return None, f"refused: no environment name in video id {row.video!r}"
+    kind = (
+        "a long-horizon task (action primitives, stage machine)"
+        if env in _LONG_HORIZON
+        else "a scene with no stand-in here"
+    )
+    return None, (
+        f"refused: environment {env!r} is {kind}; this path runs rows of {', '.join(sorted(ROUTES))} only "
+        "(on TabletopLite), so the row is not rewritten into another task"
+    )
 
 
 def read_feedback_csv(path: str | Path) -> list[FeedbackRow]:
@@ -125,10 +162,18 @@ def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
         rows = read_feedback_csv(path)
     except ValueError as e:
         raise ExperimentError(str(e)) from e
+    routes = [route(r) for r in rows]
+    if rows and all(env is None for env, _ in routes):
+        raise ExperimentError(f"{path}: no row can run here; first row: {routes[0][1]}")
     router = make_router(cfg.backend, Path(ctx.out_dir) / "transcript.jsonl")
     scene = TabletopLite(1, cfg.env, 0).setup_description()
     out_rows, usable = [], 0
     for i, row in enumerate(ctx.progress(rows, total=len(rows), desc="preferences")):
+        env, why = routes[i]
+        if env is None:
+            refused = {"row": i, "video": row.video, "env": row.env_name, "feedback": row.feedback}
+            out_rows.append({**refused, "functions": {}, "failure": why, "fix_calls": 0})
+            continue
         router.context = {"row": i, "video": row.video}
         pref = Preference(f"row{i}", row.env_name, row.feedback, row.description, Intent(()), Intent(()))
         try:
@@ -144,12 +189,16 @@ def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
             video=video,
             tries=cfg.pipeline.error_tries,
             isolation=cfg.pipeline.isolation or None,
+            draft_from=cfg.pipeline.draft_from,
+            review_context=cfg.pipeline.review_context,
         )
         usable += bool(res.funcs)
         out_rows.append(
             {
                 "row": i,
                 "video": row.video,
+                "env": row.env_name,
+                "ran_in": env,
                 "feedback": row.feedback,
                 "grounded": res.grounded,
                 "next_description": res.next_description,
@@ -163,6 +212,7 @@ def run_paper(ctx: RunContext, cfg: RunConfig) -> RunOutput:
             f.write(json.dumps(r) + "\n")
     metrics = {
         "rows": len(rows),
+        "refused_rows": sum(env is None for env, _ in routes),
         "usable_rewards": usable,
         "failures": [r["failure"] for r in out_rows if r["failure"]],
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -52,9 +53,13 @@ class PPOConfig:
     ent_coef (c_e): entropy weight (official 0).
     max_grad_norm: gradient-norm clip (official 0.5).
     target_kl: stop the update epochs when the batch's approximate KL after an epoch exceeds this (official 0.1).
-    init_log_std: initial log standard deviation of the Gaussian policy.
+    init_log_std: initial log standard deviation of the Gaussian policy (ours 0.0, the claims' setting;
+        official ``actor_logstd`` starts at -0.5).
     reward_scale: rewards are multiplied by this before GAE.
     squash_mean: tanh-bound the policy mean (off: the official unbounded mean, actions clipped by the env).
+    reward_action: the action the reward function receives: "clipped" to the action box [-1, 1] (official:
+        ``envs.step(clip_action(action))``, so the env's reward sees the clipped action) or "raw" (the Gaussian
+        sample; the log-probability is always that of the raw sample).
     """
 
     total_steps: int = 200_000
@@ -73,6 +78,7 @@ class PPOConfig:
     init_log_std: float = 0.0
     reward_scale: float = 1.0
     squash_mean: bool = False
+    reward_action: Literal["clipped", "raw"] = "clipped"
 
     def core_epoch(self) -> CorePPOConfig:
         """The settings of one update epoch as ``core.ppo.PPOConfig`` (the epoch loop stays here, for target_kl)."""
@@ -173,6 +179,8 @@ def train_ppo(
     Every rollout is ``episode_len`` steps of all envs (one full episode), then the envs reset.
     A non-finite or wrongly shaped reward raises ValueError (the caller records it).
     """
+    if cfg.reward_action not in ("clipped", "raw"):
+        raise ValueError(f"reward_action must be 'clipped' or 'raw', got {cfg.reward_action!r}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     env = make_env(cfg.num_envs)
@@ -189,8 +197,9 @@ def train_ppo(
                 d = ac.dist(obs)
                 a = d.mean + d.stddev * torch.randn(d.mean.shape, generator=gen)
                 obs_b[t], act_b[t], logp_b[t], val_b[t] = obs, a, d.log_prob(a).sum(-1), ac.value(obs)
-            nxt = env.step(a.numpy())
-            r = np.asarray(reward_fn(env.state(), a.numpy()), dtype=np.float64)
+            clipped = np.clip(a.numpy(), -1.0, 1.0)
+            nxt = env.step(clipped)
+            r = np.asarray(reward_fn(env.state(), clipped if cfg.reward_action == "clipped" else a.numpy()), np.float64)
             if r.shape != (N,) or not np.all(np.isfinite(r)):
                 raise ValueError(f"reward has shape {r.shape} or non-finite values")
             rew_b[t] = torch.as_tensor(r * cfg.reward_scale, dtype=torch.float32)

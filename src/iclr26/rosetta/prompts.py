@@ -9,7 +9,7 @@ call sites: ``caption`` and ``describe_action`` (demo to language), ``ground``, 
 
 from __future__ import annotations
 
-__all__ = ["REVIEW_ROLES", "ROLES", "STAGE_RULES_MARKER", "build", "tag", "untag"]
+__all__ = ["REVIEW_QUESTIONS", "REVIEW_ROLES", "ROLES", "STAGE_RULES_MARKER", "build", "tag", "untag"]
 
 import re
 
@@ -25,6 +25,23 @@ SYSTEM = {
     "plan": "You are a reward engineer. You break a request into stages of outcomes.",
     "code": "You are a reward engineer writing Python reward code for a simulated robot.",
 }
+
+# The four short-horizon review questions. ``review_context="fresh"``: each is asked in a new chat after the
+# current code, the plan and the request (_REVIEW_HEAD); ``"conversation"``: it is appended, alone, to the
+# coder's running chat (official rosetta_sh.py), where the code and the plan already are.
+REVIEW_QUESTIONS = {
+    "review_geometry": "Check geometry: centre offsets and object sizes, the x/y convention, thresholds rather than "
+    "penalising any motion. Make minimal edits and output only the edited full functions.",
+    "review_targets": "Check every target position: all three coordinates set, always a specific point, never only "
+    "a direction. Output only edited full functions.",
+    "review_density": "Check density: approaching is rewarded densely; penalties are NOT dense (a speed request is a "
+    "constant penalty above a threshold); the target must actually be reached. Output only edited full functions.",
+    "review_masking": "Check the stage masks: the total never decreases; a stage is enabled only by genuinely "
+    "completed prerequisites, never prematurely. Output only edited full functions.",
+}
+_REVIEW_HEAD = (
+    "Current code:\n<code>{code}</code>\nPlan:\n<plan>{plan}</plan>\nRequest:\n<preference>{preference}</preference>\n"
+)
 
 _TEMPLATES = {
     "caption": "Scene setup:\n<scene>{scene}</scene>\nState:\n<state>{state}</state>\n"
@@ -56,17 +73,7 @@ _TEMPLATES = {
     "enable a stage only when its prerequisite stages are complete and keep completed stages at their maximum "
     "so the total never decreases; equal maxima per stage; a success bonus of about a quarter of the total; "
     "numpy only. Output only the functions, in one ```python block.",
-    "review_geometry": "Current code:\n<code>{code}</code>\nPlan:\n<plan>{plan}</plan>\nCheck geometry: centre offsets "
-    "and object sizes, the x/y convention, thresholds rather than penalising any motion. Make minimal edits and "
-    "output only the edited full functions.",
-    "review_targets": "Current code:\n<code>{code}</code>\nPlan:\n<plan>{plan}</plan>\nCheck every target position: "
-    "all three coordinates set, always a specific point, never only a direction. Output only edited full functions.",
-    "review_density": "Current code:\n<code>{code}</code>\nPlan:\n<plan>{plan}</plan>\nCheck density: approaching is "
-    "rewarded densely; penalties are NOT dense (a speed request is a constant penalty above a threshold); the "
-    "target must actually be reached. Output only edited full functions.",
-    "review_masking": "Current code:\n<code>{code}</code>\nPlan:\n<plan>{plan}</plan>\nCheck the stage masks: the "
-    "total never decreases; a stage is enabled only by genuinely completed prerequisites, never prematurely. "
-    "Output only edited full functions.",
+    **{role: _REVIEW_HEAD + q for role, q in REVIEW_QUESTIONS.items()},
     "fix_error": "Code:\n<code>{code}</code>\nRunning it failed:\n<error>{error}</error>\nThe failing statement:\n"
     "<error_line>{error_line}</error_line>\nFix it; output only the edited full functions in one ```python block.",
 }

@@ -11,11 +11,15 @@ and the plan's stage templates give the target primitive of each stage ("pick up
 "push" -> 2). The assembled reward for the current stage c (vectorised over envs; action =
 [primitive scores (3) | p1 (3) | p2 (3)], selected primitive = argmax of the scores):
 
-    afford  = (1 + r_c) · 5   if selected == target_c else 0        (``afford="paper"``, the default)
-    afford  = r_c · (5 if c is last else 1)  if selected == target_c else −1   (``afford="official"``:
-              the form in build_actprim_funcs at the commit we read)
+    afford  = (1 + r_c) · 5   if selected == target_c else 0        (``afford="scaled"``, the default: the
+              official form since commit 41ac0ae, 2025-03-02, and at the release head 365a82a)
+    afford  = r_c · (5 if c is last else 1)  if selected == target_c else −1   (``afford="penalised"``:
+              the official form at commit d383376, 2025-02-25, replaced by the one above)
     success = 10 · 1[stage_c_success(cur_info)]
-    reward  = afford + success;   c ← c + 1 when stage c succeeded
+    reward  = afford + success   (of the stage c the step started in)
+    advance (``cascade=True``, the default, official): for N = 0..K-1 in order, c ← N + 1 if c == N and
+              stage N succeeded, so one step can complete several stages (the official sequential ``if``s
+              on ``self.cur_stage``); ``cascade=False``: at most one stage per step (c ← c + 1)
     evaluate: info["stageN_success"] for every N; info["success"] = (c == last) ∧ stage_last_success
 
 The assembled functions are generated code like the rest: run them only in the sandbox.
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PRIMITIVE_IDS", "build_stage_machine", "extract_target_actions"]
+__all__ = ["AFFORD_FORMS", "PRIMITIVE_IDS", "build_stage_machine", "extract_target_actions"]
 
 PRIMITIVE_IDS = {"pick up": 0, "place": 1, "push": 2}
 
@@ -52,10 +56,22 @@ def _stages(funcs: dict[str, str]) -> list[int]:
     return idx
 
 
-def build_stage_machine(funcs: dict[str, str], target_actions: list[int], afford: str = "paper") -> dict[str, str]:
-    """The generated stage functions plus the assembled ``skill_reward`` and ``evaluate`` (sources)."""
-    if afford not in ("paper", "official"):
-        raise ValueError("afford must be 'paper' or 'official'")
+AFFORD_FORMS = ("scaled", "penalised")
+
+
+def build_stage_machine(
+    funcs: dict[str, str], target_actions: list[int], afford: str = "scaled", cascade: bool = True
+) -> dict[str, str]:
+    """The generated stage functions plus the assembled ``skill_reward`` and ``evaluate`` (sources).
+
+    afford: "scaled" (official since 41ac0ae) or "penalised" (official at d383376); see the module docstring.
+    cascade: several stages may complete in one step (official) or at most one.
+    """
+    if afford not in AFFORD_FORMS:
+        raise ValueError(
+            f"afford must be one of {AFFORD_FORMS} (renamed: 'paper' is now 'scaled', 'official' is now "
+            f"'penalised'), got {afford!r}"
+        )
     stages = _stages(funcs)
     if len(target_actions) != len(stages):
         raise ValueError(f"{len(stages)} stages but {len(target_actions)} target actions")
@@ -69,7 +85,7 @@ def build_stage_machine(funcs: dict[str, str], target_actions: list[int], afford
         "    new_stage = np.array(cur_stage, dtype=int)",
     ]
     for k, target in zip(stages, target_actions, strict=True):
-        if afford == "paper":
+        if afford == "scaled":
             aff = f"np.where(selected == {target}, (1.0 + r{k}) * 5.0, 0.0)"
         else:
             aff = f"np.where(selected == {target}, r{k} * {5.0 if k == last else 1.0}, -1.0)"
@@ -79,8 +95,10 @@ def build_stage_machine(funcs: dict[str, str], target_actions: list[int], afford
             f"    ok{k} = np.asarray(stage{k}_success(cur_info), dtype=bool)",
             f"    here{k} = np.asarray(cur_stage) == {k}",
             f"    reward = np.where(here{k}, {aff} + 10.0 * ok{k}, reward)",
-            f"    new_stage = np.where(here{k} & ok{k}, {k + 1}, new_stage)",
         ]
+    for k in stages:  # in stage order, so that with cascade a stage reached this step can complete too
+        at = f"(new_stage == {k})" if cascade else f"here{k}"
+        body.append(f"    new_stage = np.where({at} & ok{k}, {k + 1}, new_stage)")
     body.append("    return reward, new_stage")
     ev = ["def evaluate(info, cur_stage):", "    out = dict(info)"]
     ev += [f"    out['stage{k}_success'] = np.asarray(stage{k}_success(info), dtype=bool)" for k in stages]

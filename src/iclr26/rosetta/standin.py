@@ -204,6 +204,13 @@ class ScriptedOfflineBackend:
         handler = getattr(self, f"_{role}", None)
         if handler is None:
             raise ValueError(f"ScriptedOfflineBackend has no role {role!r}")
+        if role.startswith("review_") and untag(text, "code") is None:
+            # a review inside the coder's conversation: the code is what the assistant turns wrote, merged
+            funcs: dict[str, str] = {}
+            for m in messages:
+                if m.get("role") == "assistant":
+                    funcs.update(extract_functions(str(m.get("content", ""))))
+            text += "\n<code>" + _fenced(funcs) + "</code>"
         return handler(text)
 
     # grounding -----------------------------------------------------------------------------------
@@ -289,7 +296,7 @@ class ScriptedOfflineBackend:
     def _review(self, role: str, text: str) -> str:
         funcs = extract_functions(untag(text, "code") or "")
         bug = REVIEW_FIXES.get(role)
-        cap = re.search(r"at most ([0-9.]+)", untag(text, "plan") or "")
+        cap = re.search(r"at most ([0-9.]+)", (untag(text, "plan") or "") + (untag(text, "preference") or ""))
         if bug is None or _rng(str(self.seed), role, text).random() >= self.cfg.review_fix_prob:
             return "Checked; no edits are needed."
         edited = {n: fix_semantic(s, bug, float(cap.group(1)) if cap else None) for n, s in funcs.items()}
