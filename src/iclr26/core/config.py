@@ -20,6 +20,15 @@ resolved tree from ``ctx.cfg``. The resolved tree is written to ``config.json`` 
 Supported leaf types: ``bool`` (true/false/1/0/yes/no), ``int``, ``float``, ``str``, ``Path``,
 ``Literal[...]``, ``X | None`` (``none``/``null`` gives None), and ``tuple``/``list`` of those
 (comma-separated, or a JSON list). An unknown key is a :class:`ConfigError` naming the closest fields.
+
+Ranges: a value set with ``--set`` is also checked against its field's range (:func:`field_range`), the
+same way for every paper. A field may state its range as ``field(default=..., metadata={"range": (lo,
+hi)})`` (None: unbounded on that side; ``metadata={"range": None}``: no check); otherwise the range
+follows from the field's name: integer counts (``n_*``, ``num_*``, ``max_*``, ``*_steps``, ``epochs``,
+``*_size``, ``workers``, ``*_every``, ``limit``, ...) are >= 0, batch sizes, group sizes, head counts,
+threads and widths are >= 1, and probabilities and fractions (``p``, ``p_*``, ``*_prob``, ``*_frac``,
+``*_fraction``, ``*_share``, ``*_rate``, ``*dropout_p``, ``top_p``) lie in [0, 1]. Tuples are checked
+element by element. A value out of range is a :class:`ConfigError` (``iclr26 run`` exits with code 2).
 """
 
 from __future__ import annotations
@@ -36,7 +45,16 @@ from typing import Any, Literal, get_args, get_origin
 
 from iclr26.core.serialize import to_jsonable
 
-__all__ = ["ConfigError", "config_docs", "config_to_dict", "flatten", "format_config", "override", "parse_value"]
+__all__ = [
+    "ConfigError",
+    "config_docs",
+    "config_to_dict",
+    "field_range",
+    "flatten",
+    "format_config",
+    "override",
+    "parse_value",
+]
 
 
 class ConfigError(ValueError):
@@ -159,11 +177,79 @@ def parse_value(text: Any, tp: Any) -> Any:
     raise ValueError(f"fields of type {getattr(tp, '__name__', tp)} cannot be set from the command line")
 
 
+# integer counts: >= 1 (a batch, a group, a width that cannot be empty) or >= 0 (steps, sizes, limits; 0 often
+# means "off" or "all"); probabilities and fractions in [0, 1]. Names, not values: see field_range.
+_AT_LEAST_ONE = re.compile(
+    r"^(batch|batch_size|group_size|minibatches|threads|grad_accum|d_model|d_ff|dim|heads)$"
+    r"|(?<!micro)_batch_size$|_batch$|_minibatches$|_heads?$|^num_minibatches$"
+)
+_COUNT = re.compile(
+    r"^(n|num|max|min)_|(^|_)(steps|substeps|epochs|iters|iterations|batches|size|workers|threads|tries|samples"
+    r"|every|envs|layers|len|length|rounds|turns|episodes|prompts|queries|rows|pairs|windows|tokens|hidden|rank"
+    r"|count|bins|days|frames|trials|chains|preferences|slots|particles|conformers|cells|lights|agents|segments"
+    r"|shapes|msgs|objects|relations|items|tasks|classes|nodes|degree|basis|clusters|seed|limit|stride|warmup"
+    r"|horizon|width|depth)$"
+)
+_PROBABILITY = re.compile(r"(^|_)(prob|probs|frac|fracs|fraction|share|rate)$|^p$|^p_(?!mean$|std$)|dropout_p$|^top_p$")
+_NO_PROBABILITY = frozenset({"learning_rate", "sample_rate", "frame_rate"})
+
+
+def _scalar_types(tp: Any) -> set[type]:
+    """The scalar types a leaf annotation holds (through ``X | None`` and tuples/lists)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (typing.Union, types.UnionType, tuple, list):
+        return set().union(*(_scalar_types(a) for a in args if a is not Ellipsis)) if args else set()
+    return {tp} if isinstance(tp, type) else set()
+
+
+def field_range(f: dataclasses.Field, tp: Any) -> tuple[float | None, float | None, str] | None:
+    """``(low, high, what)`` that ``--set`` values of field ``f`` (annotation ``tp``) must lie in, or None.
+
+    ``f.metadata["range"]`` wins when present (``(low, high)`` with None for an open side, or None for no
+    check). Otherwise the name decides, for numeric fields only: see the module docstring."""
+    if "range" in f.metadata:
+        rng = f.metadata["range"]
+        return None if rng is None else (rng[0], rng[1], "the field's range")
+    scalars = _scalar_types(tp)
+    name = f.name
+    if int in scalars and float not in scalars:
+        if _AT_LEAST_ONE.search(name):
+            return 1, None, "a count that must be at least 1"
+        if _COUNT.search(name):
+            return 0, None, "a count"
+    if float in scalars and _PROBABILITY.search(name) and name not in _NO_PROBABILITY:
+        return 0.0, 1.0, "a probability or fraction"
+    return None
+
+
+def _check_range(key: str, text: Any, value: Any, rng: tuple[float | None, float | None, str]) -> None:
+    low, high, what = rng
+    for v in value if isinstance(value, tuple | list) else (value,):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        if v != v or (low is not None and v < low) or (high is not None and v > high):
+            if high is None:
+                bound = f">= {low}"
+            elif low is None:
+                bound = f"<= {high}"
+            else:
+                bound = f"in [{low}, {high}]"
+            raise ConfigError(f"--set {key}={text}: must be {bound} ({what}), got {v}")
+
+
+def _field(cfg: Any, path: list[str]) -> dataclasses.Field:
+    node = cfg
+    for part in path[:-1]:
+        node = getattr(node, part)
+    return {f.name: f for f in dataclasses.fields(node)}[path[-1]]
+
+
 def override(cfg: Any, sets: Mapping[str, Any]) -> Any:
     """A copy of ``cfg`` with dotted keys replaced; values are parsed against each field's annotation.
 
     Raises :class:`ConfigError` for an unknown key (naming the closest valid keys), a key that names
-    a sub-config instead of a leaf, or a value that does not parse or that the dataclass rejects.
+    a sub-config instead of a leaf, a value that does not parse, lies outside the field's range
+    (:func:`field_range`) or that the dataclass rejects.
     """
     if not sets:
         return cfg
@@ -180,6 +266,9 @@ def override(cfg: Any, sets: Mapping[str, Any]) -> Any:
             value = parse_value(text, leaves[key])
         except (ValueError, TypeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"--set {key}={text}: {exc}") from None
+        rng = field_range(_field(cfg, key.split(".")), leaves[key])
+        if rng is not None:
+            _check_range(key, text, value, rng)
         try:
             cfg = _replace_path(cfg, key.split("."), value)
         except (ValueError, TypeError) as exc:
