@@ -29,10 +29,12 @@ from iclr26.vif.method import (
     classify,
     hs_score,
     hs_term,
+    keynorm_signal,
     layer_curves,
     reallocate,
     relay_positions,
     select_relay,
+    select_relay_keynorm,
     temperature,
 )
 
@@ -54,10 +56,12 @@ __all__ = [
     "config_for",
     "hs_score",
     "hs_term",
+    "keynorm_signal",
     "layer_curves",
     "official_code",
     "reallocate",
     "relay_positions",
     "select_relay",
+    "select_relay_keynorm",
     "temperature",
 ]

@@ -18,6 +18,7 @@ from torch import Tensor
 from iclr26.core.train import TrainConfig, fit
 from iclr26.vif.config import DataConfig, ViFConfig
 from iclr26.vif.data import (
+    N_CELLS,
     NONE,
     SHAPE_NAMES,
     cell_labels,
@@ -27,7 +28,17 @@ from iclr26.vif.data import (
     train_messages,
     view_masks,
 )
-from iclr26.vif.method import INACTIVE, Morphology, Reallocation, ReallocStats, classify, layer_curves, select_relay
+from iclr26.vif.method import (
+    INACTIVE,
+    Morphology,
+    Reallocation,
+    ReallocStats,
+    classify,
+    keynorm_signal,
+    layer_curves,
+    select_relay,
+    select_relay_keynorm,
+)
 from iclr26.vif.tiny import AgentOutput, Relay, TinyVLM, freeze_for, type_masks
 
 
@@ -86,31 +97,31 @@ def agent_turn(
         vision, active, instr_m = type_masks(
             probe.layout, B, morph.kind != INACTIVE, relay.valid if relay is not None else None, pat.device
         )
-        hook = Reallocation(
-            bands.middle,
-            bands.deep,
-            vision,
-            active,
-            instr_m,
-            vcfg.tau,
-            vcfg.alpha_mid,
-            vcfg.alpha_deep,
-            vcfg.redistribute,
-            vcfg.tau_bands,
-            stats,
-        )
+        hook = Reallocation.from_config(vcfg, bands.middle, bands.deep, vision, active, instr_m, stats)
         out = model(pat, instr, relay, hook=hook, output_attentions=True)
     else:
         out = probe if not torch.is_grad_enabled() else model(pat, instr, relay, output_attentions=True)
-    new_relay = make_relay(model, out, morph, vcfg, generator) if vcfg.relay else None
+    new_relay = make_relay(model, out, morph, vcfg, generator, probe.key_norms) if vcfg.relay else None
     return TurnResult(out.logit, out, morph, new_relay)
 
 
 def make_relay(
-    model: TinyVLM, out: AgentOutput, morph: Morphology, vcfg: ViFConfig, generator: torch.Generator | None = None
+    model: TinyVLM,
+    out: AgentOutput,
+    morph: Morphology,
+    vcfg: ViFConfig,
+    generator: torch.Generator | None = None,
+    key_norms: Tensor | None = None,
 ) -> Relay:
-    """R = top unimodal vision tokens; R̂ = f(R ⊕ I)[:n]; positions = the source patches' position ids."""
-    idx, valid = select_relay(morph, vcfg.relay_n, generator, vcfg.random_relay)
+    """R = top unimodal vision tokens (or, ``relay_rule="keynorm_topk"``, the top-k by the middle band's
+    mean key norm of the probe pass, ``key_norms`` [B, T, L]); R̂ = f(R ⊕ I)[:n]; positions = the source
+    patches' position ids."""
+    if vcfg.relay_rule == "keynorm_topk" and not vcfg.random_relay:
+        kn = out.key_norms if key_norms is None else key_norms
+        signal = keynorm_signal(kn[:, out.layout["vision"]], model.cfg.middle)
+        idx, valid = select_relay_keynorm(signal, vcfg.relay_ratio)
+    else:
+        idx, valid = select_relay(morph, vcfg.relay_count(N_CELLS), generator, vcfg.random_relay)
     d = out.vision.shape[-1]
     R = out.vision.gather(1, idx[..., None].expand(-1, -1, d))
     R_hat = model.f(R, out.instr_embeds, valid)
@@ -198,17 +209,16 @@ def vif_loss(vcfg: ViFConfig):
     def loss_fn(model: TinyVLM, batch: dict):
         B = batch["y"].shape[0]
         relay = None
-        if vcfg.relay and vcfg.relay_n:
+        n_relay = vcfg.relay_count(N_CELLS)
+        if vcfg.relay and n_relay:
             with torch.no_grad():
-                prev = model(
-                    batch["prev"], batch["prev_instr"], empty_relay(model, B, vcfg.relay_n), output_attentions=True
-                )
+                prev = model(batch["prev"], batch["prev_instr"], empty_relay(model, B, n_relay), output_attentions=True)
             morph = classify(curves_of(prev, vcfg), model.cfg.middle, vcfg.omega, vcfg.inactive_var, vcfg.mono_tol)
             prev_vis = model.vision_tokens(batch["prev"])
             prev = AgentOutput(
                 prev.logit, None, prev.key_norms, prev_vis, model.lm.embed(batch["prev_instr"]), prev.layout
             )
-            relay = make_relay(model, prev, morph, vcfg)
+            relay = make_relay(model, prev, morph, vcfg, key_norms=prev.key_norms)
             relay.valid = relay.valid & batch["has_prev"][:, None]
         turn = agent_turn(model, batch["cur"], batch["instr"], relay, vcfg, use_vif=True)
         loss = F.binary_cross_entropy_with_logits(turn.logit, batch["y"])

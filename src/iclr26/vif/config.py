@@ -2,8 +2,9 @@
 
 Method defaults are the paper's (Sec. 4, Appendix B; hyperparameter Tables 9-11: ω = 0.3, τ = 0.8,
 α_mid = 0.1, α_deep = 0.3). The official code's config values differ (``configs/*.yaml``: α_mid 0.2,
-α_deep 0.1, uniform redistribution, τ in the middle and deep bands, key-norm selection); they are
-the preset :func:`official_code`. Fields marked *[ours]* are choices of this library where the paper
+α_deep 0.1, uniform redistribution over every non-collected key in the middle band, τ in the middle and
+deep bands, key-norm selection, top-k relay by one aggregated key norm); they are the preset
+:func:`official_code`. Fields marked *[ours]* are choices of this library where the paper
 gives no value; they were fixed from the task design, never from claim results.
 """
 
@@ -25,7 +26,15 @@ class ViFConfig:
     alpha_deep (α₂): share of the vision mass moved to instruction tokens in the deep band.
     redistribute: receivers gain "proportional" to their mass (paper) or "uniform" (official reallocation.py).
     tau_bands: τ applies to the "middle" band (paper) or to "middle_deep" (official wrapper.py).
+    mid_receivers: who gains the middle band's collected mass: "active_vision" tokens (paper Sec. 4.3) or
+        every "non_collected" visible key, system and output tokens included (official
+        utils/reallocation.py ``reallocate_middle``: ``active = ~(inactive | instr)``).
     selection: relay-token signal: per-layer "attention" column mass (paper) or per-layer "keynorm" ‖K_j‖.
+    relay_rule: how relay tokens are picked: "morphology" (top-n unimodal tokens by salience x peak, paper
+        Sec. 4.2 / App. B.1) or "keynorm_topk" (official utils/selection.py: one key norm per vision token,
+        here the mean of ‖K_j‖ over the middle band, top-k with k = max(1, int(relay_ratio · m)), no
+        morphology filter; ``relay_n`` is then unused).
+    relay_ratio: share of the m vision tokens relayed under relay_rule="keynorm_topk" (official 0.02).
     curve_rows: query rows summed into a vision token's layer curve: "all" rows or only "text" rows [ours].
     relay_n (n): relay budget, the most relay tokens passed to the next agent (ratio·m in the paper).
     inactive_var: an inactive token's curve varies by at most this share of its peak across layers.
@@ -43,7 +52,10 @@ class ViFConfig:
     alpha_deep: float = 0.3
     redistribute: Literal["proportional", "uniform"] = "proportional"
     tau_bands: Literal["middle", "middle_deep"] = "middle"
+    mid_receivers: Literal["active_vision", "non_collected"] = "active_vision"
     selection: Literal["attention", "keynorm"] = "attention"
+    relay_rule: Literal["morphology", "keynorm_topk"] = "morphology"
+    relay_ratio: float = 0.02
     curve_rows: Literal["all", "text"] = "all"
     relay_n: int = 2
     inactive_var: float = 0.2
@@ -62,12 +74,33 @@ class ViFConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.relay_n < 0:
             raise ValueError(f"relay_n must be >= 0, got {self.relay_n}")
+        if self.mid_receivers not in ("active_vision", "non_collected"):
+            raise ValueError(f"mid_receivers must be 'active_vision' or 'non_collected', got {self.mid_receivers!r}")
+        if self.relay_rule not in ("morphology", "keynorm_topk"):
+            raise ValueError(f"relay_rule must be 'morphology' or 'keynorm_topk', got {self.relay_rule!r}")
+        if not 0.0 < self.relay_ratio <= 1.0:
+            raise ValueError(f"relay_ratio must be in (0, 1], got {self.relay_ratio}")
+
+    def relay_count(self, m: int) -> int:
+        """Relay slots for m vision tokens: relay_n (morphology) or max(1, int(relay_ratio · m)) (official)."""
+        if self.relay_rule == "keynorm_topk":
+            return min(m, max(1, int(self.relay_ratio * m)))
+        return self.relay_n
 
 
 def official_code(cfg: ViFConfig = ViFConfig()) -> ViFConfig:
-    """The official repository's values (configs/*.yaml, utils/reallocation.py, models/wrapper.py)."""
+    """The official repository's values (configs/*.yaml, utils/reallocation.py, utils/selection.py,
+    models/wrapper.py)."""
     return replace(
-        cfg, alpha_mid=0.2, alpha_deep=0.1, redistribute="uniform", tau_bands="middle_deep", selection="keynorm"
+        cfg,
+        alpha_mid=0.2,
+        alpha_deep=0.1,
+        redistribute="uniform",
+        mid_receivers="non_collected",
+        tau_bands="middle_deep",
+        selection="keynorm",
+        relay_rule="keynorm_topk",
+        relay_ratio=0.02,
     )
 
 

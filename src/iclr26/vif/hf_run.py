@@ -98,18 +98,7 @@ def vif_logit(agent: HFAgent, inputs: dict, vcfg: ViFConfig, row: int = -1) -> f
     instruction = torch.zeros_like(vision)
     instruction[:, span.stop :] = True
     dev = ids.device
-    hook = Reallocation(
-        middle,
-        deep,
-        vision.to(dev),
-        active.to(dev),
-        instruction.to(dev),
-        vcfg.tau,
-        vcfg.alpha_mid,
-        vcfg.alpha_deep,
-        vcfg.redistribute,
-        vcfg.tau_bands,
-    )
+    hook = Reallocation.from_config(vcfg, middle, deep, vision.to(dev), active.to(dev), instruction.to(dev))
     return agent.logit(inputs, ViFAttention(middle + deep, hook))
 
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from iclr26.vif.agent import agent_turn, empty_relay
 from iclr26.vif.config import DataConfig, EvalConfig, ViFConfig
-from iclr26.vif.data import NO, NONE, YES, instruction, make_scenes, patches, view_masks
+from iclr26.vif.data import N_CELLS, NO, NONE, YES, instruction, make_scenes, patches, view_masks
 from iclr26.vif.method import UNIMODAL, ReallocStats, hs_score
 from iclr26.vif.tiny import TinyVLM
 
@@ -118,9 +118,9 @@ def run_mas(
             instr = torch.from_numpy(instruction(_take(sc, sl), msgs))
             pat = torch.from_numpy(patches(sc.images[sl], ep.visible[sl, t]))
             relay = None
-            if use_vif and vcfg.relay and vcfg.relay_n:
+            if use_vif and vcfg.relay and vcfg.relay_count(N_CELLS):
                 relay = relays.get(rpar) if rpar is not None else None
-                relay = relay or empty_relay(model, B, vcfg.relay_n)
+                relay = relay or empty_relay(model, B, vcfg.relay_count(N_CELLS))
             turn = agent_turn(model, pat, instr, relay, vcfg, use_vif, stats, gen)
             relays[t] = turn.relay
             pred = (turn.logit > 0).numpy().astype(np.int64)

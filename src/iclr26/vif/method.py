@@ -110,8 +110,10 @@ class Reallocation:
     """ViF's post-softmax attention hook for one batch (Sec. 4.3).
 
     Middle band: temperature τ, then α₁ of the (inactive vision ∪ instruction) mass goes to active vision
-    (which includes relay tokens). Deep band: α₂ of the vision (∪ relay) mass goes to the instruction
-    tokens. Shallow band: unchanged. Masks are [B, T] bools over key positions.
+    (which includes relay tokens; ``mid_receivers="active_vision"``, paper) or to every other visible key,
+    system and output tokens included (``"non_collected"``, official ``reallocate_middle``). Deep band: α₂
+    of the vision (∪ relay) mass goes to the instruction tokens. Shallow band: unchanged. Masks are [B, T]
+    bools over key positions.
     """
 
     middle: tuple[int, ...]
@@ -125,14 +127,49 @@ class Reallocation:
     rule: str = "proportional"
     tau_bands: str = "middle"
     stats: ReallocStats | None = field(default=None)
+    mid_receivers: str = "active_vision"
+
+    def __post_init__(self) -> None:
+        if self.mid_receivers not in ("active_vision", "non_collected"):
+            raise ValueError(f"mid_receivers must be 'active_vision' or 'non_collected', got {self.mid_receivers!r}")
+
+    @classmethod
+    def from_config(
+        cls,
+        vcfg,
+        middle: tuple[int, ...],
+        deep: tuple[int, ...],
+        vision: Tensor,
+        active: Tensor,
+        instruction: Tensor,
+        stats: ReallocStats | None = None,
+    ) -> Reallocation:
+        """The hook with every method setting taken from a :class:`~iclr26.vif.config.ViFConfig`."""
+        return cls(
+            middle,
+            deep,
+            vision,
+            active,
+            instruction,
+            vcfg.tau,
+            vcfg.alpha_mid,
+            vcfg.alpha_deep,
+            vcfg.redistribute,
+            vcfg.tau_bands,
+            stats,
+            vcfg.mid_receivers,
+        )
 
     def __call__(self, layer: int, p: Tensor) -> Tensor:
         if layer in self.middle:
             p = temperature(p, self.tau)
             collect = (self.vision & ~self.active) | self.instruction
-            new, _, _ = reallocate(p, collect, self.active, self.alpha_mid, self.rule)
+            # official: every key outside the collect set receives (masked / future keys have p = 0 and
+            # are skipped by both rules, so causality holds)
+            receive = self.active if self.mid_receivers == "active_vision" else ~collect
+            new, _, _ = reallocate(p, collect, receive, self.alpha_mid, self.rule)
             if self.stats is not None:
-                self.stats.update(p, new, collect, self.active, self.alpha_mid)
+                self.stats.update(p, new, collect, receive, self.alpha_mid)
             return new
         if layer in self.deep:
             if self.tau_bands == "middle_deep":
@@ -244,6 +281,27 @@ def select_relay(
     top = score.topk(n_eff, -1)
     valid = top.values >= 0
     return torch.where(valid, top.indices, torch.zeros_like(top.indices)), valid
+
+
+def keynorm_signal(key_norms: Tensor, middle: tuple[int, ...]) -> Tensor:
+    """One key norm per vision token: ``‖K_j‖`` [B, m, L] averaged over the middle-band layers -> [B, m]."""
+    if key_norms.dim() != 3:
+        raise ValueError(f"key_norms must be [B, m, L], got shape {tuple(key_norms.shape)}")
+    return key_norms[..., list(middle)].mean(-1)
+
+
+def select_relay_keynorm(signal: Tensor, ratio: float = 0.02) -> tuple[Tensor, Tensor]:
+    """Official relay rule (utils/selection.py): the top-k vision tokens by one aggregated key norm,
+    ``k = max(1, int(ratio · m))``, no morphology filter (the official z-score and sigmoid are monotone,
+    so they do not change the ranking). signal [B, m] -> (indices [B, k], valid [B, k], all True)."""
+    if signal.dim() != 2:
+        raise ValueError(f"signal must be [B, m], got shape {tuple(signal.shape)}")
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+    m = signal.shape[1]
+    k = min(m, max(1, int(ratio * m)))
+    idx = signal.topk(k, -1).indices
+    return idx, torch.ones_like(idx, dtype=torch.bool)
 
 
 # --------------------------------------------------------------------------------------------------
