@@ -26,6 +26,7 @@ from iclr26.vif.data import (
     make_scenes,
     patches,
     train_messages,
+    transcript,
     view_masks,
 )
 from iclr26.vif.method import (
@@ -140,7 +141,9 @@ def training_batch(
     """The batch of one step (a pure function of seed, stage and step: exact resume, same seed same data).
 
     Each example: a scene and its question, the current agent's view and upstream messages, and the
-    previous agent's view and messages (for its relay). ``no_msgs``: no upstream messages at all (the
+    previous agent's view and messages (for its relay). Transcript context (``dcfg.context``): the
+    current agent reads a transcript of K earlier answers (one K per batch) and the previous agent its
+    first K - 1 entries. ``no_msgs``: no upstream messages at all (the
     vision-only opening of the pretraining curriculum); the scenes, views and questions are unchanged.
     "match" [n, 16]: the visible cell shows the asked object (target of the pretraining grounding loss).
     """
@@ -149,18 +152,27 @@ def training_batch(
     occ = rng.random(n) < occluded_share
     cur_v = view_masks(rng, n, occ, dcfg.visible_cells)
     prev_v = view_masks(rng, n, occ, dcfg.visible_cells)
-    msgs = train_messages(rng, sc.answer, dcfg)
-    prev_msgs = train_messages(rng, sc.answer, dcfg)
-    if no_msgs:
-        msgs[:], prev_msgs[:] = NONE, NONE
+    if dcfg.context == "transcript":
+        # one transcript length K per batch (no padding); the previous agent read the first K - 1 entries
+        k = 0 if no_msgs else int(rng.integers(0, dcfg.transcript_max + 1))
+        said = train_messages(rng, sc.answer, dcfg, k=k)
+        instr, prev_instr = transcript(sc, said), transcript(sc, said[:, : max(k - 1, 0)])
+        has_prev = np.full(n, k > 0)
+    else:
+        msgs = train_messages(rng, sc.answer, dcfg)
+        prev_msgs = train_messages(rng, sc.answer, dcfg)
+        if no_msgs:
+            msgs[:], prev_msgs[:] = NONE, NONE
+        instr, prev_instr = instruction(sc, msgs), instruction(sc, prev_msgs)
+        has_prev = (msgs != NONE).any(1)  # an upstream agent exists iff a message does
     cells = np.where(cur_v, cell_labels(sc), 0)
     asked = 1 + sc.q_color * len(SHAPE_NAMES) + sc.q_shape
     return {
         "cur": torch.from_numpy(patches(sc.images, cur_v)),
         "prev": torch.from_numpy(patches(sc.images, prev_v)),
-        "instr": torch.from_numpy(instruction(sc, msgs)),
-        "prev_instr": torch.from_numpy(instruction(sc, prev_msgs)),
-        "has_prev": torch.from_numpy((msgs != NONE).any(1)),  # an upstream agent exists iff a message does
+        "instr": torch.from_numpy(instr),
+        "prev_instr": torch.from_numpy(prev_instr),
+        "has_prev": torch.from_numpy(has_prev),
         "y": torch.from_numpy(sc.answer.astype(np.float32)),
         "cells": torch.from_numpy(cells),
         "match": torch.from_numpy((cells == asked[:, None]).astype(np.float32)),
@@ -251,6 +263,8 @@ def train_stage(
 
     if stage in ("stage1", "stage2"):
         loss = vif_loss(vcfg)
+    elif stage == "frozen_baseline":
+        loss = text_loss
     else:
         loss = pretrain_loss(ground_weight) if stage == "pretrain" else text_loss
     res = fit(model, loss, get_batch, tcfg, log=log)

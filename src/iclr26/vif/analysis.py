@@ -16,7 +16,7 @@ import torch
 
 from iclr26.vif.agent import agent_turn, train_stage
 from iclr26.vif.config import RunConfig
-from iclr26.vif.data import NONE, instruction, make_scenes, patches
+from iclr26.vif.data import agent_instruction, make_scenes, patches
 from iclr26.vif.mas import Episodes, run_mas
 from iclr26.vif.method import MORPHOLOGY, UNIMODAL, DropKeys
 from iclr26.vif.tiny import TinyVLM
@@ -30,7 +30,8 @@ SPLITS = (
 
 
 def train_models(cfg: RunConfig, seed: int) -> tuple[dict[str, TinyVLM], dict[str, list[float]]]:
-    """pretrained -> baseline; pretrained -> ViF stage 1 (kept as 'frozen_llm') -> ViF stage 2 ('vif')."""
+    """pretrained -> baseline; pretrained -> ViF stage 1 (kept as 'frozen_llm') -> ViF stage 2 ('vif');
+    pretrained -> frozen-LM baseline (projector only, stage 1's budget)."""
     torch.manual_seed(seed)
     model = TinyVLM(cfg.model, cfg.vif)
     losses = {
@@ -51,18 +52,25 @@ def train_models(cfg: RunConfig, seed: int) -> tuple[dict[str, TinyVLM], dict[st
     losses["stage1"] = train_stage(vif, "stage1", cfg.stage1, seed, cfg.batch, cfg.data, cfg.vif)
     frozen = copy.deepcopy(vif)
     losses["stage2"] = train_stage(vif, "stage2", cfg.stage2, seed, cfg.batch, cfg.data, cfg.vif)
-    return {"pretrained": model, "baseline": base, "frozen_llm": frozen, "vif": vif}, losses
+    # the text-flow counterpart of stage 1: projector only, LM as pretrained, stage 1's budget
+    frozen_base = copy.deepcopy(model)
+    fb_cfg = replace(cfg.stage1, desc="frozen-LM baseline")
+    losses["frozen_baseline"] = train_stage(frozen_base, "frozen_baseline", fb_cfg, seed, cfg.batch, cfg.data)
+    models = {"pretrained": model, "baseline": base, "frozen_llm": frozen, "vif": vif, "frozen_baseline": frozen_base}
+    return models, losses
 
 
-def ablation_variants(cfg: RunConfig) -> dict[str, tuple[str, object]]:
-    """Reported, not claimed: name -> (model, ViF config)."""
+def ablation_variants(cfg: RunConfig) -> dict[str, tuple[str, object, bool]]:
+    """Reported, not claimed: name -> (model, ViF config, ViF on). ``frozen_lm_baseline`` (text flow, LM
+    frozen, projector trained for stage 1's budget) is the matched comparison for ``frozen_llm``."""
     v = cfg.vif
     return {
-        "training_free": ("baseline", replace(v, relay=False)),
-        "frozen_llm": ("frozen_llm", v),
-        "relay_only": ("vif", replace(v, reallocate=False)),
-        "realloc_only": ("vif", replace(v, relay=False)),
-        "random_relay": ("vif", replace(v, random_relay=True)),
+        "training_free": ("baseline", replace(v, relay=False), True),
+        "frozen_llm": ("frozen_llm", v, True),
+        "frozen_lm_baseline": ("frozen_baseline", v, False),
+        "relay_only": ("vif", replace(v, reallocate=False), True),
+        "realloc_only": ("vif", replace(v, relay=False), True),
+        "random_relay": ("vif", replace(v, random_relay=True), True),
     }
 
 
@@ -84,8 +92,8 @@ def evaluate(cfg: RunConfig, models: dict[str, TinyVLM], seed: int) -> dict:
             red = run_mas(models["baseline"], ep, ident, ec, dc, True, seeded, seed)
             out["alpha0_same_answers"] = float((red.correct == base.correct).mean())
         if seeded and occ and ec.ablations:  # ablations where the relay carries new evidence
-            for name, (mname, vcfg) in ablation_variants(cfg).items():
-                res = run_mas(models[mname], ep, vcfg, ec, dc, True, seeded, seed)
+            for name, (mname, vcfg, on) in ablation_variants(cfg).items():
+                res = run_mas(models[mname], ep, vcfg, ec, dc, on, seeded, seed)
                 out["ablations"].setdefault(name, {})[f"{view}_{split}"] = res.summary()
                 checks.append(res.stats)
     out["max_row_err"] = max(s.max_row_err for s in checks)
@@ -103,7 +111,7 @@ def token_drop(cfg: RunConfig, model: TinyVLM, seed: int) -> dict:
     rng = np.random.default_rng([seed, 4242])
     sc = make_scenes(rng, n, cfg.data)
     pat = torch.from_numpy(patches(sc.images))
-    instr = torch.from_numpy(instruction(sc, np.full((n, cfg.data.max_msgs), NONE)))
+    instr = torch.from_numpy(agent_instruction(sc, np.zeros((n, 0), dtype=np.int64), cfg.data))
     y = torch.from_numpy(sc.answer)
     turn = agent_turn(model, pat, instr, None, cfg.vif, use_vif=False)
     kind, layout = turn.morph.kind, turn.out.layout

@@ -143,6 +143,11 @@ class DataConfig:
     max_msgs: most upstream messages an agent reads (K ~ U{0..max_msgs} in training).
     occluded_share: share of the ViF / baseline finetuning data with occluded views.
     visible_cells: cells an agent sees in an occluded view (the rest are black).
+    context: what an agent reads of the earlier turns: "window" (the last max_msgs answers in fixed,
+        NONE-padded slots: the context never grows) or "transcript" (the full, growing transcript, one
+        entry "question, answer" per earlier turn, as a multi-agent chain passes every response on).
+    transcript_max: transcript context: training transcripts hold K ~ U{0..transcript_max} entries (one
+        K per batch); must be at least eval.turns - 1.
     """
 
     noise: float = 0.35
@@ -153,6 +158,14 @@ class DataConfig:
     max_msgs: int = 4
     occluded_share: float = 0.5
     visible_cells: int = 8
+    context: Literal["window", "transcript"] = "window"
+    transcript_max: int = 7
+
+    def __post_init__(self) -> None:
+        if self.context not in ("window", "transcript"):
+            raise ValueError(f"context must be 'window' or 'transcript', got {self.context!r}")
+        if self.transcript_max < 0 or self.max_msgs < 0:
+            raise ValueError("max_msgs and transcript_max must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -213,6 +226,13 @@ class RunConfig:
     model_path: str = ""
     data_path: str = ""
     image_root: str = ""
+
+    def __post_init__(self) -> None:
+        if self.data.context == "transcript" and self.eval.turns - 1 > self.data.transcript_max:
+            raise ValueError(
+                f"transcript context: eval.turns - 1 = {self.eval.turns - 1} earlier turns exceed "
+                f"data.transcript_max = {self.data.transcript_max} (the longest training transcript)"
+            )
 
 
 def config_for(scale: str) -> RunConfig:

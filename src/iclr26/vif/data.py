@@ -114,15 +114,16 @@ def patches(images: np.ndarray, visible: np.ndarray | None = None) -> np.ndarray
     return np.ascontiguousarray(p, dtype=np.float32)
 
 
-def train_messages(rng: np.random.Generator, answer: np.ndarray, cfg: DataConfig) -> np.ndarray:
+def train_messages(rng: np.random.Generator, answer: np.ndarray, cfg: DataConfig, k: int | None = None) -> np.ndarray:
     """Upstream messages of training examples [n, max_msgs] (token ids; oldest first, NONE-padded left).
 
     K ~ U{0..max_msgs}; each message is right with probability p_trust; with probability p_copy per
-    example, every message after the first wrong one repeats it (a copy cascade).
+    example, every message after the first wrong one repeats it (a copy cascade). ``k``: every example
+    has exactly k messages and the result is [n, k] (the transcript context: one length per batch).
     """
-    n, m = len(answer), cfg.max_msgs
+    n, m = len(answer), cfg.max_msgs if k is None else k
     msgs = np.full((n, m), NONE, dtype=np.int64)
-    ks = rng.integers(0, m + 1, size=n)
+    ks = rng.integers(0, m + 1, size=n) if k is None else np.full(n, k)
     right = rng.random((n, m)) < cfg.p_trust
     cascade = rng.random(n) < cfg.p_copy
     for i in range(n):
@@ -140,6 +141,40 @@ def instruction(scenes: Scenes, msgs: np.ndarray) -> np.ndarray:
     """Instruction token ids [n, 1 + max_msgs]: the question ("a <colour> <shape>?"), then the message slots."""
     q = QUESTION0 + scenes.q_color * len(SHAPE_NAMES) + scenes.q_shape
     return np.concatenate([q[:, None], msgs], 1)
+
+
+def transcript(scenes: Scenes, said: np.ndarray) -> np.ndarray:
+    """Instruction token ids [n, 1 + 2K] of the transcript context: the question, then one entry per
+    earlier turn, oldest first, each the question restated and that agent's answer ("a red circle? yes").
+
+    said [n, K]: YES / NO tokens of the K earlier agents (K = 0: the question alone). The context grows
+    by two tokens per turn, as a multi-agent chain passes every earlier response on.
+    """
+    q = QUESTION0 + np.asarray(scenes.q_color) * len(SHAPE_NAMES) + np.asarray(scenes.q_shape)
+    said = np.asarray(said, dtype=np.int64)
+    if said.ndim != 2 or said.shape[0] != len(q):
+        raise ValueError(f"said must be [n, K] with n = {len(q)}, got shape {said.shape}")
+    if said.size and not np.isin(said, (YES, NO)).all():
+        raise ValueError("a transcript entry must be YES or NO (no empty slots)")
+    entries = np.stack([np.broadcast_to(q[:, None], said.shape), said], -1).reshape(len(q), -1)
+    return np.concatenate([q[:, None], entries], 1)
+
+
+def agent_instruction(scenes: Scenes, said: np.ndarray, cfg: DataConfig) -> np.ndarray:
+    """An agent's instruction from its earlier agents' answers said [n, K] (oldest first).
+
+    ``cfg.context="window"``: the question and the last ``max_msgs`` answers in fixed slots, NONE-padded
+    left (the context length never changes). ``"transcript"``: :func:`transcript` of every earlier answer.
+    """
+    if cfg.context == "transcript":
+        return transcript(scenes, said)
+    said = np.asarray(said, dtype=np.int64)
+    m, n = cfg.max_msgs, said.shape[0]
+    said = said[:, -m:] if m else said[:, :0]
+    msgs = np.full((n, m), NONE, dtype=np.int64)
+    if said.shape[1]:
+        msgs[:, m - said.shape[1] :] = said
+    return instruction(scenes, msgs)
 
 
 def cell_labels(scenes: Scenes) -> np.ndarray:

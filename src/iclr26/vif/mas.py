@@ -1,8 +1,9 @@
 """Multi-agent drivers (linear chain, circular rounds) and the per-turn measurements.
 
 Every agent is the same tiny VLM answering the same EXIST question about the same scene (its own
-view of it); it reads the answers of up to ``max_msgs`` upstream agents as messages and, under ViF,
-the relay tokens of one upstream agent. "Seeded" episodes force agent 1's answer wrong; "natural"
+view of it); it reads the answers of up to ``max_msgs`` upstream agents as messages (window context)
+or the whole transcript of the earlier turns (transcript context) and, under ViF, the relay tokens of
+one upstream agent. "Seeded" episodes force agent 1's answer wrong; "natural"
 ones let it answer. The last agent's answer is the system's answer; HS (Eq. 7) scores propagation.
 """
 
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from iclr26.vif.agent import agent_turn, empty_relay
 from iclr26.vif.config import DataConfig, EvalConfig, ViFConfig
-from iclr26.vif.data import N_CELLS, NO, NONE, YES, instruction, make_scenes, patches, view_masks
+from iclr26.vif.data import N_CELLS, NO, NONE, YES, instruction, make_scenes, patches, transcript, view_masks
 from iclr26.vif.method import UNIMODAL, ReallocStats, hs_score
 from iclr26.vif.tiny import TinyVLM
 
@@ -112,10 +113,13 @@ def run_mas(
         relays: dict[int, object] = {}
         for t in range(T):
             par, rpar = parents(t, ecfg.topology, dcfg.max_msgs)
-            msgs = np.full((B, dcfg.max_msgs), NONE, dtype=np.int64)
-            if par:
-                msgs[:, dcfg.max_msgs - len(par) :] = said[:, par]
-            instr = torch.from_numpy(instruction(_take(sc, sl), msgs))
+            if dcfg.context == "transcript":  # every earlier turn, oldest first: the context grows
+                instr = torch.from_numpy(transcript(_take(sc, sl), said[:, :t]))
+            else:
+                msgs = np.full((B, dcfg.max_msgs), NONE, dtype=np.int64)
+                if par:
+                    msgs[:, dcfg.max_msgs - len(par) :] = said[:, par]
+                instr = torch.from_numpy(instruction(_take(sc, sl), msgs))
             pat = torch.from_numpy(patches(sc.images[sl], ep.visible[sl, t]))
             relay = None
             if use_vif and vcfg.relay and vcfg.relay_count(N_CELLS):

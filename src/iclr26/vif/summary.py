@@ -126,6 +126,14 @@ def summarise(ctx: RunContext, cfg: RunConfig, results: list[dict]) -> RunOutput
             ["split", "variant", "turn-1 acc", "final acc", "HS"], _variant_rows(results)
         )
     }
+    share_rows = []
+    for view in ("full", "occluded"):
+        for name in ("baseline", "vif"):
+            ys = np.mean([r[name][f"{view}_seeded"]["share_turn"] for r in results], 0)
+            share_rows.append([view, name] + [f"{y:.3f}" for y in ys])
+    tables["Middle-band vision share of text queries by turn (seeded split, seed means)"] = markdown_table(
+        ["view", "model"] + [f"turn {t}" for t in turns], share_rows
+    )
     drop = _drop_table(results)
     if drop:
         tables["Token drop by morphology and band (Table 1 analogue, baseline, single agent)"] = drop

@@ -192,7 +192,8 @@ def freeze_for(model: TinyVLM, stage: str) -> None:
     """Trainable modules per stage (paper's freeze table; official configs/stage*.yaml).
 
     pretrain: everything but f (with the encoder's cell probe and the grounding head). stage1: projector + f.
-    stage2: projector + f + LM. baseline: projector + LM.
+    stage2: projector + f + LM. baseline: projector + LM. frozen_baseline: projector only (the text-flow
+    counterpart of stage 1: the LM stays as pretrained).
     The vision encoder is frozen in every stage after pretraining.
     """
     train = {
@@ -200,6 +201,7 @@ def freeze_for(model: TinyVLM, stage: str) -> None:
         "stage1": ("projector", "f"),
         "stage2": ("projector", "f", "lm"),
         "baseline": ("projector", "lm"),
+        "frozen_baseline": ("projector",),
     }
     if stage not in train:
         raise ValueError(f"unknown stage {stage!r}; one of {sorted(train)}")
