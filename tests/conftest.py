@@ -35,6 +35,7 @@ def pytest_configure(config):
     why = kernel_isolation_available()
     if why is not None and "ICLR26_SANDBOX_ISOLATION" not in os.environ:
         os.environ["ICLR26_SANDBOX_ISOLATION"] = "python-only"
+        os.environ["ICLR26_SANDBOX_ALLOW_PYTHON_ONLY"] = "1"  # model-code paths refuse python-only otherwise
     config._iclr26_sandbox = "kernel" if why is None else f"python-only ({why})"
 
 

@@ -1,7 +1,9 @@
 """The ``iclr26`` command line: ``list``, ``run SLUG``, ``report``, ``models``.
 
 Exit codes: 0 when a run completed (whatever its claims' verdicts), 2 for bad arguments (with a
-one-line message naming the valid choices), 1 for a run that failed.
+one-line message naming the valid choices; also a ``--set`` value out of its field's range, or a paper
+that runs model-written code where only python-only sandbox isolation is possible and
+``--set sandbox.allow_python_only=true`` was not given), 1 for a run that failed.
 """
 
 from __future__ import annotations
@@ -175,8 +177,9 @@ def _cmd_list() -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from iclr26.core.config import ConfigError, format_config
-    from iclr26.core.experiment import LOAD_ERRORS, discover, resolve_config, run_experiment
+    from iclr26.core.experiment import LOAD_ERRORS, discover, model_code_mode, resolve_config, run_experiment
     from iclr26.core.report import print_claims
+    from iclr26.core.sandbox import PYTHON_ONLY_WARNING, IsolationRefused
 
     exps = discover()
     if args.slug in LOAD_ERRORS:
@@ -205,7 +208,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 0
         out = Path(args.out)
         _check_writable(out, args.slug)
-    except (ValueError, ConfigError) as exc:
+        if model_code_mode(exp, cfg, options) == "python-only":
+            print(f"iclr26: warning: {PYTHON_ONLY_WARNING}", file=sys.stderr)
+    except (ValueError, ConfigError, IsolationRefused) as exc:
         print(f"iclr26: error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -24,6 +24,7 @@ from iclr26.core.experiment import ExperimentError, run_experiment
 @pytest.fixture
 def python_only(monkeypatch):
     monkeypatch.setenv("ICLR26_SANDBOX_ISOLATION", "python-only")
+    monkeypatch.setenv("ICLR26_SANDBOX_ALLOW_PYTHON_ONLY", "1")
 
 
 def test_released_row_formats_load_and_missing_fields_are_named(tmp_path):

@@ -19,7 +19,7 @@ import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
 from iclr26.core.hf import pure_generation_kwargs
-from iclr26.core.sandbox import SandboxLimits, run_untrusted
+from iclr26.core.sandbox import SandboxLimits, model_code_isolation, run_untrusted
 
 from .entropy import calibrate_temperature, temperature_adjusted_entropy
 from .recipe import AceReasonRecipe, to_verl_overrides
@@ -125,10 +125,13 @@ def code_reward(
 ) -> tuple[float, str]:
     """``(reward, reason)``: 1 if the last python block passes every ``{"input", "output"}`` stdin/stdout
     test. The code runs only in :func:`iclr26.core.sandbox.run_untrusted`; a loop, crash, memory blow-up
-    or escape attempt gives 0 with the sandbox's error kind as the reason, never an exception."""
+    or escape attempt gives 0 with the sandbox's error kind as the reason, never an exception. Where only
+    python-only isolation is possible (or it is named) and ICLR26_SANDBOX_ALLOW_PYTHON_ONLY is not set,
+    :class:`iclr26.core.sandbox.IsolationRefused` is raised before any code runs."""
     blocks = _CODE.findall(response)
     if not blocks:
         return 0.0, "no_code"
+    isolation = model_code_isolation(isolation)
     source = _STDIN_SHIM + blocks[-1]
     for k, t in enumerate(tests):
         res = run_untrusted(

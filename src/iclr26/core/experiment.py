@@ -19,12 +19,13 @@ Scales:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
 import pkgutil
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,9 @@ class Experiment:
     config: ``config(scale)`` -> the frozen dataclass tree of every setting that changes a result at
         that scale (see :mod:`iclr26.core.config`); ``--set a.b=v`` overrides its leaves. None only
         for experiments not yet moved to a typed config (their ``--set`` options stay strings).
+    runs_model_code: the run executes model-written code in :mod:`iclr26.core.sandbox`; the runner then
+        refuses, before anything runs, to use python-only isolation unless ``--set
+        sandbox.allow_python_only=true`` (see :func:`model_code_mode`).
     """
 
     slug: str
@@ -274,6 +278,7 @@ class Experiment:
     scales: tuple[str, ...] = DEFAULT_EXPERIMENT_SCALES
     default_seeds: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_SEEDS))
     config: Callable[[str], Any] | None = None
+    runs_model_code: bool = False
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.claims]
@@ -430,8 +435,32 @@ def new_run_dir(out_root: Path, slug: str) -> Path:
     return path
 
 
-RESERVED_OPTIONS = ("device",)
+ALLOW_PYTHON_ONLY = "sandbox.allow_python_only"
+RESERVED_OPTIONS = ("device", ALLOW_PYTHON_ONLY)
 """``--set`` keys handled by the runner itself for every paper (not config fields)."""
+
+
+def model_code_mode(exp: Experiment, cfg: Any, options: Mapping[str, str] | None = None) -> str | None:
+    """The sandbox isolation the run's model-written code will use (None: the experiment runs none).
+
+    Reads ``--set sandbox.allow_python_only`` (a boolean; a bad value is a ConfigError) and the config leaf
+    named ``isolation`` when the paper has one. Raises :class:`iclr26.core.sandbox.IsolationRefused` when
+    that would be python-only (named, or the kernel layer unavailable here) and the user did not allow it.
+    """
+    from iclr26.core.config import ConfigError, flatten, parse_value
+
+    text = (options or {}).get(ALLOW_PYTHON_ONLY)
+    try:
+        allowed = None if text is None else parse_value(text, bool)
+    except ValueError as exc:
+        raise ConfigError(f"--set {ALLOW_PYTHON_ONLY}={text}: {exc}") from None
+    if not exp.runs_model_code:
+        return None
+    from iclr26.core.sandbox import model_code_isolation
+
+    leaves = flatten(cfg) if cfg is not None else ()
+    iso = next((v for k, _, v in leaves if k.rsplit(".", 1)[-1] == "isolation" and isinstance(v, str) and v), None)
+    return model_code_isolation(iso, allowed or None)
 
 
 def resolve_config(exp: Experiment, scale: str, options: Mapping[str, str] | None = None) -> Any:
@@ -540,6 +569,7 @@ def run_experiment(
     seeds = tuple(int(s) for s in (seeds if seeds is not None else exp.seeds_for(scale)))
     options = {str(k): str(v) for k, v in (options or {}).items()}
     cfg = resolve_config(exp, scale, options)
+    sandbox_mode = model_code_mode(exp, cfg, options)  # refuses python-only unless allowed, before anything runs
     out_dir = new_run_dir(Path(out_root), exp.slug)
     ctx = RunContext(
         scale=scale,
@@ -563,11 +593,17 @@ def run_experiment(
     # secrets passed with --set (an API key, a token) never reach the run folder
     (out_dir / "config.json").write_text(json.dumps(redact(config), indent=2))
     start = time.perf_counter()
-    with progress_env(show_progress):
+    with progress_env(show_progress), _python_only_allowed(options.get(ALLOW_PYTHON_ONLY)):
         output = exp.run(ctx)
     wall = time.perf_counter() - start
     if not isinstance(output, RunOutput):
         raise ExperimentError(f"{exp.slug}: run() returned {type(output).__name__}, expected RunOutput")
+    warnings = []
+    if sandbox_mode == "python-only":
+        from iclr26.core.sandbox import PYTHON_ONLY_WARNING
+
+        warnings.append(PYTHON_ONLY_WARNING)
+        output.notes = [f"WARNING: {PYTHON_ONLY_WARNING}", *output.notes]
     claims = evaluate_claims(exp.claims, output.measured)
     results = {
         "slug": exp.slug,
@@ -581,11 +617,34 @@ def run_experiment(
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "figures": [p.name for p in ctx.figures if p.exists()],
     }
+    if warnings:
+        results["warnings"] = warnings
     curves = report.plot_logged_curves(out_dir)
     results["figures"] += [p.name for p in curves if p.name not in results["figures"]]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     report.write_run_report(out_dir, results, output)
     return RunRecord(out_dir=out_dir, results=results, claims=claims)
+
+
+@contextlib.contextmanager
+def _python_only_allowed(text: str | None) -> Iterator[None]:
+    """While the run lasts, ``--set sandbox.allow_python_only=true`` reaches every sandbox caller (worker
+    processes included) as the environment variable :data:`iclr26.core.sandbox.ALLOW_PYTHON_ONLY_ENV`."""
+    from iclr26.core.config import parse_value
+    from iclr26.core.sandbox import ALLOW_PYTHON_ONLY_ENV
+
+    if text is None or not parse_value(text, bool):
+        yield
+        return
+    previous = os.environ.get(ALLOW_PYTHON_ONLY_ENV)
+    os.environ[ALLOW_PYTHON_ONLY_ENV] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ALLOW_PYTHON_ONLY_ENV, None)
+        else:
+            os.environ[ALLOW_PYTHON_ONLY_ENV] = previous
 
 
 def load_experiment(slug: str) -> Experiment:

@@ -59,7 +59,12 @@ replaced after any violation, timeout, crash, memory error or bad result.
 
 No code of the source runs while the worker is trusted: exception text and result conversion happen
 with the guards on, and the audit hook enforces whenever a frame of the source is on the stack.
-``python-only`` is not a security boundary: it is the Python layers alone.
+``python-only`` is not a security boundary: it is the Python layers alone. Callers that run model-written
+code (ROSETTA's rewards, VTool-R1's edit code, AceReason's code tests) resolve their mode through
+:func:`model_code_isolation`, which refuses python-only (named, or as the fallback where the kernel layer
+is unavailable) with :class:`IsolationRefused` unless the user allowed it (``--set
+sandbox.allow_python_only=true`` on ``iclr26 run``, which also writes a warning into the run's results,
+or ``ICLR26_SANDBOX_ALLOW_PYTHON_ONLY=1``).
 
 Known limits: the kernel layer bounds what escaped code can do to the machine, not what result it
 reports (the harness runs in the same process, so fully escaped code can fake its own result; the
@@ -97,13 +102,18 @@ from typing import Any
 from . import sandbox_wire as wire
 
 __all__ = [
+    "ALLOW_PYTHON_ONLY_ENV",
     "DEFAULT_ALLOWED_IMPORTS",
     "ERROR_KINDS",
     "ISOLATION_MODES",
+    "IsolationRefused",
+    "PYTHON_ONLY_WARNING",
     "SandboxLimits",
     "SandboxResult",
     "SandboxServer",
     "kernel_isolation_available",
+    "model_code_isolation",
+    "python_only_allowed",
     "run_untrusted",
 ]
 
@@ -326,6 +336,10 @@ def _check_setup(tools: dict, allowed: Sequence[str], limits: SandboxLimits, iso
         and limits.max_disk_bytes > 0
     ):
         raise ValueError(f"invalid limits: {limits}")
+    return _resolve_mode(isolation)
+
+
+def _resolve_mode(isolation: str | None) -> str:
     mode = isolation if isolation is not None else os.environ.get("ICLR26_SANDBOX_ISOLATION", "kernel")
     if mode not in ISOLATION_MODES:
         raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {mode!r}")
@@ -730,3 +744,46 @@ def kernel_isolation_available() -> str | None:
         res = run_untrusted("result = 1", limits=SandboxLimits(timeout_s=20), isolation="kernel")
         _AVAILABLE.append(None if res.ok and res.isolation == "kernel" else f"{res.error}: {res.message}")
     return _AVAILABLE[0]
+
+
+ALLOW_PYTHON_ONLY_ENV = "ICLR26_SANDBOX_ALLOW_PYTHON_ONLY"
+"""Set to 1/true by ``iclr26 run --set sandbox.allow_python_only=true`` for the run (worker processes inherit
+it); library users may set it themselves."""
+PYTHON_ONLY_WARNING = (
+    "model-written code ran with the sandbox's Python layers only (sandbox.allow_python_only=true): they are "
+    "not a security boundary, and code that escapes them runs with this user's rights"
+)
+
+
+class IsolationRefused(RuntimeError):
+    """Model-written code would run without the sandbox's kernel layer, and the user did not allow that."""
+
+
+def python_only_allowed() -> bool:
+    """Whether :data:`ALLOW_PYTHON_ONLY_ENV` allows python-only isolation for model-written code."""
+    return os.environ.get(ALLOW_PYTHON_ONLY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def model_code_isolation(isolation: str | None = None, allow_python_only: bool | None = None) -> str:
+    """The isolation mode in which model-written (hostile) code may run here, or :class:`IsolationRefused`.
+
+    ``isolation``: as for :func:`run_untrusted` (None reads ICLR26_SANDBOX_ISOLATION, default "kernel").
+    "kernel" where the kernel layer works. Python-only, named or as the fallback where the kernel layer is
+    unavailable, only when ``allow_python_only`` (None: :func:`python_only_allowed`); otherwise
+    :class:`IsolationRefused` with a one-line message saying how to allow it.
+    """
+    mode = _resolve_mode(isolation)
+    allowed = python_only_allowed() if allow_python_only is None else bool(allow_python_only)
+    if mode == "kernel":
+        why = kernel_isolation_available()
+        if why is None:
+            return "kernel"
+        reason = f"the sandbox's kernel layer is unavailable here ({why.splitlines()[0][:200]})"
+    else:
+        reason = "python-only sandbox isolation was requested"
+    if allowed:
+        return "python-only"
+    raise IsolationRefused(
+        f"{reason}; model-written code does not run with the Python layers only, which are not a security "
+        f"boundary, unless you pass --set sandbox.allow_python_only=true (or set {ALLOW_PYTHON_ONLY_ENV}=1)"
+    )

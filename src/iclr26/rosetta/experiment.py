@@ -431,4 +431,5 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     run=run,
     config=config_for,
+    runs_model_code=True,  # generated reward code, in the sandbox
 )

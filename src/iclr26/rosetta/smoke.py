@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iclr26.core.sandbox import SandboxLimits, SandboxServer
+from iclr26.core.sandbox import SandboxLimits, SandboxServer, model_code_isolation
 
 from .env import EnvConfig, TabletopLite
 from .extract import assemble, error_line, function_at_line
@@ -50,14 +50,29 @@ class SmokeResult:
     error_line: str | None = None
 
 
+def _short(exc: BaseException) -> str:
+    """``Type: text`` of an exception, at most 200 characters, never raising (the text may hold model output)."""
+    try:
+        text = str(exc)
+    except Exception:  # e.g. an integer too long for str()
+        text = ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
 def check_step(value, n: int) -> SmokeResult | None:
-    """None when ``value`` is a (reward float[n] finite, success bool[n]) pair, else the failure."""
+    """None when ``value`` is a (reward float[n] finite, success bool[n]) pair, else the failure.
+
+    ``value`` comes from generated code (which may have patched ``np.asarray`` in its process): anything
+    that does not convert (strings, integers too large for a float, ragged lists) is a BadResult, never an
+    exception; success flags must be booleans or numbers."""
     if not (isinstance(value, tuple | list) and len(value) == 2):
         return SmokeResult(False, "BadResult", "harness returned an unexpected value")
     try:
         r, s = np.asarray(value[0], float), np.asarray(value[1])
-    except (TypeError, ValueError) as e:
-        return SmokeResult(False, "BadResult", f"reward is not numeric: {e}")
+    except (TypeError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+        return SmokeResult(False, "BadResult", f"reward is not numeric: {_short(e)}")
+    if s.dtype.kind not in "biuf":
+        return SmokeResult(False, "BadResult", f"info['success'] is not boolean or numeric (dtype {s.dtype.str})")
     if r.shape != (n,):
         return SmokeResult(False, "BadShape", f"reward has shape {r.shape}, expected ({n},)")
     if s.shape != (n,):
@@ -97,7 +112,8 @@ class SandboxedReward:
         user = {k: v for k, v in funcs.items() if k != "rosetta_step"}
         self.source, self.spans = assemble({**user, "rosetta_step": HARNESS.strip()})
         self.funcs = user
-        self.server = SandboxServer(self.source, limits=limits, isolation=isolation)
+        # python-only only when the user allowed it (IsolationRefused otherwise): the code is model-written
+        self.server = SandboxServer(self.source, limits=limits, isolation=model_code_isolation(isolation))
 
     def close(self) -> None:
         self.server.close()
@@ -170,7 +186,7 @@ class SmokeRunner:
         limits: SandboxLimits = SMOKE_LIMITS,
     ) -> None:
         self.states, self.actions = smoke_inputs(seed, num_envs, steps, env_cfg)
-        self.server = SandboxServer("", limits=limits, isolation=isolation)
+        self.server = SandboxServer("", limits=limits, isolation=model_code_isolation(isolation))
         self.calls = 0
 
     def close(self) -> None:

@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
-from iclr26.core.sandbox import SandboxLimits, run_untrusted
+from iclr26.core.sandbox import SandboxLimits, model_code_isolation, run_untrusted
 
 from .tools import TOOL_NAMES, tool_functions, tool_specs
 
@@ -170,7 +170,14 @@ class ToolExecutor:
 
     def _sandbox(self, code: str, image: Image.Image, bboxes: Mapping[str, Mapping]) -> ToolResult:
         inputs = {"image_1": image.copy(), "columns_bbox": dict(bboxes), "rows_bbox": dict(bboxes)}
-        res = run_untrusted(code, inputs, tools=tool_specs(self.version), result_name=None, limits=self.limits)
+        res = run_untrusted(
+            code,
+            inputs,
+            tools=tool_specs(self.version),
+            result_name=None,
+            limits=self.limits,
+            isolation=model_code_isolation(),  # python-only only when allowed (IsolationRefused otherwise)
+        )
         if not res.ok:
             return ToolResult(False, error=res.error, message=res.message, path="sandbox")
         out = _from_displayed(res.displayed)

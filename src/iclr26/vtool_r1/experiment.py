@@ -399,4 +399,5 @@ EXPERIMENT = Experiment(
     ),
     run=run,
     config=config_for,
+    runs_model_code=True,  # the policy's edit code that is not a whitelisted call runs in the sandbox
 )
