@@ -106,3 +106,33 @@ def test_frozen_lm_baseline_trains_the_projector_only_and_runs_without_vif():
     name, vcfg, on = ablation_variants(CFG)["frozen_lm_baseline"]
     assert (name, on) == ("frozen_baseline", False)
     assert ablation_variants(CFG)["frozen_llm"][0::2] == ("frozen_llm", True)
+
+
+def test_training_transcripts_cover_zero_to_transcript_max():
+    ks = {(training_batch(5, "stage2", step, 2, CFG.data, 0.5)["instr"].shape[1] - 1) // 2 for step in range(60)}
+    assert ks == set(range(CFG.data.transcript_max + 1))
+
+
+def test_frozen_lm_baseline_gets_stage1_budget_and_text_loss(monkeypatch):
+    import iclr26.vif.analysis as analysis_mod
+
+    calls = []
+    monkeypatch.setattr(analysis_mod, "train_stage", lambda m, stage, tcfg, *a, **k: calls.append((stage, tcfg)) or [])
+    cfg = replace(CFG, stage1=replace(CFG.stage1, steps=7, lr=0.123), baseline=replace(CFG.baseline, steps=9))
+    models, _ = analysis_mod.train_models(cfg, 0)
+    stages = dict(calls)
+    assert [c[0] for c in calls] == ["pretrain", "baseline", "stage1", "stage2", "frozen_baseline"]
+    assert (stages["frozen_baseline"].steps, stages["frozen_baseline"].lr) == (7, 0.123)
+    assert models["frozen_baseline"] is not models["baseline"] and models["frozen_baseline"] is not models["pretrained"]
+
+
+def test_frozen_baseline_stage_moves_the_projector_and_not_the_lm():
+    from iclr26.vif.agent import train_stage
+
+    torch.manual_seed(0)
+    model = TinyVLM(CFG.model, CFG.vif)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    tcfg = replace(CFG.stage1, steps=2, warmup_steps=0, progress=False)
+    train_stage(model, "frozen_baseline", tcfg, 0, 4, CFG.data)
+    moved = {n.split(".")[0] for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == {"projector"}

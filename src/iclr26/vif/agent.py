@@ -263,8 +263,6 @@ def train_stage(
 
     if stage in ("stage1", "stage2"):
         loss = vif_loss(vcfg)
-    elif stage == "frozen_baseline":
-        loss = text_loss
     else:
         loss = pretrain_loss(ground_weight) if stage == "pretrain" else text_loss
     res = fit(model, loss, get_batch, tcfg, log=log)
