@@ -83,6 +83,7 @@ class DataConfig:
     n_tasks: number of tasks the classes are split into (official Seq-CIFAR-100: 10).
     image_size: resize image-folder images to this side (None: keep).
     augment: random crop (pad 4) + horizontal flip of stream and replayed images (Mammoth's CIFAR transform).
+    trust_pickles: opt in to reading CIFAR's python batches, which are pickles (a pickle can run code when loaded).
     """
 
     path: str = ""
@@ -90,6 +91,7 @@ class DataConfig:
     n_tasks: int = 10
     image_size: int | None = None
     augment: bool = True
+    trust_pickles: bool = False
 
 
 @dataclass(frozen=True)

@@ -376,8 +376,13 @@ def load_cifar(
     permute_classes: bool = True,
     name: str | None = None,
     use_torchvision: bool = True,
+    trust_pickles: bool = False,
 ) -> ContinualData:
     """Seq-CIFAR-10/100 from the distributed files (nothing is downloaded).
+
+    The distributed "python version" batches are pickles, and unpickling can run code: nothing is read
+    unless ``trust_pickles=True`` (``--set data.trust_pickles=true``), a ValueError saying so otherwise.
+    Pass it only for files you trust (e.g. checked against the official md5 sums).
 
     Read through torchvision's ``CIFAR10``/``CIFAR100`` classes (``download=False``) when torchvision
     imports, else directly from the same pickle batches. Inputs are float (N, 3, 32, 32), scaled to
@@ -390,6 +395,11 @@ def load_cifar(
     which, base = found
     if name is not None and name != which:
         raise ValueError(f"{root}: holds {which}, not {name}")
+    if not trust_pickles:
+        raise ValueError(
+            f"{root}: the {which} python batches are pickles, which can run code when loaded; pass "
+            "trust_pickles=True (iclr26 run: --set data.trust_pickles=true) only for files you trust"
+        )
     arrays = {}
     for train in (True, False):
         got = _cifar_torchvision(which, base, train) if use_torchvision else None

@@ -70,7 +70,7 @@ def load_paper_data(cfg: RunConfig, path: Path, seed: int) -> tuple[ContinualDat
         fmt = "cifar" if find_cifar(path) else "image_folder" if (path / "train").is_dir() else "npz"
     try:
         if fmt == "cifar":
-            return load_cifar(path, d.n_tasks, seed=seed), True
+            return load_cifar(path, d.n_tasks, seed=seed, trust_pickles=d.trust_pickles), True
         if fmt == "image_folder":
             return load_image_folder(path, d.n_tasks, seed=seed, image_size=d.image_size), True
         return load_npz_tasks(path, n_tasks=d.n_tasks, seed=seed, permute_classes=True), False

@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import json
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from iclr26.core.paths import PathOutsideRoot, path_inside
 
 _ACTIVE: list[ViFAttention] = []
 
@@ -130,14 +131,9 @@ def _row(index: int, rec: object, root: Path) -> Row:
         )
     if not isinstance(rec.get("image"), str):
         return Row(index, qid, question, label, None, error=f"row {index} (question_id {qid}): missing 'image'")
-    name = rec["image"]
-    path = root / name
-    real_root = os.path.realpath(root)
-    if (
-        os.path.isabs(name)
-        or ".." in Path(name).parts
-        or not os.path.realpath(path).startswith(os.path.join(real_root, ""))
-    ):  # the data file is input, not a licence to open any file of the machine
+    try:  # the data file is input, not a licence to open any file of the machine
+        path = path_inside(root, rec["image"])
+    except PathOutsideRoot:
         where = f"row {index} (question_id {qid})"
         return Row(index, qid, question, label, None, error=f"{where}: image path outside the image root")
     row = Row(index, qid, question, label.strip().lower(), path)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from iclr26.core.paths import PathOutsideRoot, path_inside
+
 from .executor import ToolExecutor, ToolResult
 from .parser import parse_action
 from .prompt import round1_messages, round2_messages
@@ -47,6 +49,7 @@ def _scaled_bboxes(meta: Mapping, key: str, w: int, h: int) -> dict:
 
 
 def _image(row: Mapping, root: Path) -> Image.Image:
+    """The row's image: embedded bytes, or a file inside ``root`` (a path outside it is refused unopened)."""
     for key in ("image", "images"):
         v = row.get(key)
         if isinstance(v, list) and v:
@@ -56,14 +59,19 @@ def _image(row: Mapping, root: Path) -> Image.Image:
         if isinstance(v, bytes | bytearray):
             return Image.open(io.BytesIO(v)).convert("RGB")
         if isinstance(v, str) and v:
-            return Image.open(root / v).convert("RGB")
+            return Image.open(path_inside(root, v)).convert("RGB")
     if row.get("figure_path"):
-        return Image.open(root / row["figure_path"]).convert("RGB")
+        return Image.open(path_inside(root, row["figure_path"])).convert("RGB")
     raise ValueError(f"row has no image (keys: {sorted(row)})")
 
 
 def load_refocus(path: str | Path, limit: int | None = None) -> list[dict]:
-    """Rows ``{"image", "question", "answer", "metadata": {"type", "columns_bbox", "rows_bbox"}}``."""
+    """Rows ``{"image", "question", "answer", "metadata": {"type", "columns_bbox", "rows_bbox"}, "error"}``.
+
+    Image paths are relative to the data file's folder and must stay inside it (no absolute path, no
+    ``..``, no symlink out). A row whose image is outside it, missing or undecodable, or whose metadata does
+    not parse, comes back with ``image`` None and a one-line ``error`` ("row N: ..."); ``error`` is None
+    otherwise."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"ReFocus data not found: {path}")
@@ -75,28 +83,31 @@ def load_refocus(path: str | Path, limit: int | None = None) -> list[dict]:
         rows = pq.read_table(path).to_pylist()
     else:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    out = []
-    for row in rows[:limit]:
-        img = _image(row, path.parent)
+    return [_refocus_row(i, row, path.parent) for i, row in enumerate(rows[:limit])]
+
+
+def _refocus_row(index: int, row: object, root: Path) -> dict:
+    if not isinstance(row, Mapping):
+        return {"image": None, "question": "", "answer": "", "metadata": {}, "error": f"row {index}: not an object"}
+    question = row.get("question") or row.get("prompt") or ""
+    if isinstance(question, list):
+        question = " ".join(m.get("content", "") if isinstance(m, Mapping) else str(m) for m in question)
+    out = {"image": None, "question": str(question), "answer": str(row.get("answer", "")), "metadata": {}}
+    try:
+        img = _image(row, root)
         meta = row.get("metadata") or {}
         meta = json.loads(meta) if isinstance(meta, str) else dict(meta)
         w, h = img.size
         cols = _scaled_bboxes(meta, "columns_bbox" if "columns_bbox" in meta else "x_values_bbox", w, h)
         rws = _scaled_bboxes(meta, "rows_bbox" if "rows_bbox" in meta else "y_values_bbox", w, h)
-        if meta.get("type", "v_bar") != "table":  # charts: both names point at the label boxes
-            cols = rws = cols or rws
-        question = row.get("question") or row.get("prompt") or ""
-        if isinstance(question, list):
-            question = " ".join(m.get("content", "") if isinstance(m, Mapping) else str(m) for m in question)
-        out.append(
-            {
-                "image": img,
-                "question": str(question),
-                "answer": str(row.get("answer", "")),
-                "metadata": {"type": meta.get("type", "v_bar"), "columns_bbox": cols, "rows_bbox": rws},
-            }
-        )
-    return out
+    except PathOutsideRoot as e:  # the data file is input, not a licence to open any file of the machine
+        return {**out, "error": f"row {index}: image {e}"}
+    except Exception as e:  # missing or undecodable image, malformed metadata: the row fails, the run continues
+        return {**out, "error": f"row {index}: {type(e).__name__}: {e}"[:300]}
+    if meta.get("type", "v_bar") != "table":  # charts: both names point at the label boxes
+        cols = rws = cols or rws
+    meta_out = {"type": meta.get("type", "v_bar"), "columns_bbox": cols, "rows_bbox": rws}
+    return {**out, "image": img, "metadata": meta_out, "error": None}
 
 
 @dataclass
@@ -126,7 +137,7 @@ class VToolEnv:
         return "tool", res
 
     def _execute_table(self, code: str, image: Image.Image, metadata: Mapping) -> ToolResult:
-        from iclr26.core.sandbox import run_untrusted
+        from iclr26.core.sandbox import model_code_isolation, run_untrusted
 
         from .executor import _from_displayed
         from .tools import tool_specs
@@ -141,6 +152,7 @@ class VToolEnv:
             tools=tool_specs(self.version),
             result_name=None,
             limits=self.executor.limits,
+            isolation=model_code_isolation(),
         )
         return _from_displayed(res.displayed) if res.ok else ToolResult(False, error=res.error, message=res.message)
 
@@ -257,6 +269,10 @@ def run_paper_scale(ctx):
         policy = HFPolicy(model_path, ctx.device, pc.max_new_tokens)
     except (ImportError, ValueError, OSError) as e:
         raise ExperimentError(f"vtool_r1 paper scale: {e}") from e
+    row_errors = [r["error"] for r in rows if r["error"]]
+    rows = [r for r in rows if not r["error"]]
+    if not rows:
+        raise ExperimentError(f"vtool_r1 paper scale: no usable row in {data_path} (first error: {row_errors[:1]})")
     env = VToolEnv(version=version, judge=judge)
     pure, tool, called = [], [], []
     chunks = [rows[b : b + pc.batch_size] for b in range(0, len(rows), pc.batch_size)]
@@ -276,6 +292,7 @@ def run_paper_scale(ctx):
         metrics={
             "accuracy_pct": acc,
             "n": len(rows),
+            "row_errors": len(row_errors),
             "judge_failures": len(judge.failures) if judge is not None else None,
         },
         measured={
@@ -300,5 +317,6 @@ def run_paper_scale(ctx):
             ]
             if judge is not None and judge.failures
             else []
-        ),
+        )
+        + ([f"{len(row_errors)} data rows failed and were left out; first: {row_errors[0]}"] if row_errors else []),
     )
