@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BYTE_TOKENIZER_SPECIALS",
+    "generate_left_padded",
+    "left_pad",
     "load_local",
     "load_local_model",
     "load_local_tokenizer",
@@ -195,6 +197,62 @@ def pure_generation_kwargs(do_sample: bool = False, temperature: float = 1.0) ->
             raise ValueError(f"sampling needs a temperature > 0, got {temperature}")
         kw.update(temperature=float(temperature), top_k=0, top_p=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
     return kw
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as one left-padded batch: (input_ids [B, T], attention_mask [B, T]), T the longest."""
+    import torch
+
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), int(pad_id), dtype=torch.long)
+    am = torch.zeros(len(seqs), T, dtype=torch.long)
+    for j, s in enumerate(seqs):
+        if len(s):
+            ids[j, T - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            am[j, T - len(s) :] = 1
+    return ids, am
+
+
+def generate_left_padded(
+    model: Any,
+    prompts: list[list[int]],
+    *,
+    pad_id: int,
+    eos_id: int | None,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    batch_size: int,
+) -> list[list[int]]:
+    """Batched decoding of token-id prompts with the KV cache: pure greedy (``temperature`` 0) or pure
+    sampling at ``temperature`` (:func:`pure_generation_kwargs`: nothing is inherited from the model's
+    ``generation_config``). Returns the new token ids per prompt, cut after the first ``eos_id`` and with
+    trailing padding removed. Each batch samples under its own seed drawn from ``seed``, so a run is
+    reproducible and a batch's randomness does not depend on the batches before it running the same way."""
+    import torch
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    sample = temperature > 0
+    kw = pure_generation_kwargs(do_sample=sample, temperature=temperature if sample else 1.0)
+    dev = model.device if isinstance(getattr(model, "device", None), torch.device) else next(model.parameters()).device
+    seeds = torch.Generator().manual_seed(int(seed))
+    out: list[list[int]] = []
+    with torch.no_grad():
+        for i in range(0, len(prompts), batch_size):
+            ids, am = left_pad(prompts[i : i + batch_size], pad_id)
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=seeds)))
+            ids, am = ids.to(dev), am.to(dev)
+            kw.update(max_new_tokens=max_new_tokens, pad_token_id=pad_id)
+            rows = model.generate(input_ids=ids, attention_mask=am, **kw)
+            rows = rows[:, ids.shape[1] :]
+            for row in rows.cpu().tolist():
+                if eos_id is not None and eos_id in row:
+                    row = row[: row.index(eos_id) + 1]
+                while row and row[-1] == pad_id and pad_id != eos_id:
+                    row.pop()
+                out.append(row)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from iclr26.core.experiment import ExperimentError, RunContext, RunOutput
+from iclr26.core.hf import generate_left_padded
 from iclr26.core.report import markdown_table
 from iclr26.dishonesty.config import PaperConfig
 from iclr26.dishonesty.probe import DeceptionProbe, auroc, calibrate_threshold, class_separation, stream_activations
@@ -107,7 +108,6 @@ def encode_dialogues(
     return ids, am, mask
 
 
-@torch.no_grad()
 def hf_generate(
     model,
     tokenizer,
@@ -119,29 +119,19 @@ def hf_generate(
     pad_id: int,
     seed: int,
 ) -> list[list[int]]:
-    """Left-padded batched generation; returns the new token ids per prompt (up to EOS)."""
-    eos = tokenizer.eos_token_id
-    dev = model.device if isinstance(getattr(model, "device", None), torch.device) else next(model.parameters()).device
-    out = []
-    torch.manual_seed(seed)
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        T = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
-        am = torch.zeros(len(chunk), T, dtype=torch.long)
-        for j, p in enumerate(chunk):
-            ids[j, T - len(p) :] = torch.tensor(p)
-            am[j, T - len(p) :] = 1
-        kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens, "pad_token_id": pad_id}
-        if temperature > 0:
-            kw["temperature"] = temperature
-        gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), **kw)[:, T:].cpu()
-        for row in gen:
-            row = row.tolist()
-            if eos is not None and eos in row:
-                row = row[: row.index(eos) + 1]
-            out.append(row)
-    return out
+    """Left-padded batched generation, pure greedy (temperature 0) or pure sampling at ``temperature``:
+    nothing (top-k, top-p, repetition penalty...) is inherited from the checkpoint's generation_config.
+    Returns the new token ids per prompt (up to EOS)."""
+    return generate_left_padded(
+        model,
+        prompts,
+        pad_id=pad_id,
+        eos_id=tokenizer.eos_token_id,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        batch_size=batch_size,
+    )
 
 
 def load_model(pcfg: PaperConfig, path: Path, device: str):

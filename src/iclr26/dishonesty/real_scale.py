@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from iclr26.core.hf import left_pad
 from iclr26.dishonesty.probe import DeceptionProbe, auroc, calibrate_threshold, class_separation, decoder_blocks
 from iclr26.dishonesty.protocol import label_evilmath
 
@@ -202,33 +203,20 @@ def correct(responses: list[str], questions: list[dict]) -> np.ndarray:
 @torch.no_grad()
 def generate(model, tok, prompts, *, max_new_tokens: int, temperature: float, seed: int, batch_size: int):
     """Left-padded batched decoding with the KV cache, pure greedy (temperature 0) or pure sampling; the
-    new token ids per prompt up to and including the end of turn."""
-    from iclr26.core.hf import pure_generation_kwargs
+    new token ids per prompt up to and including the end of turn (:func:`iclr26.core.hf.generate_left_padded`)."""
+    from iclr26.core.hf import generate_left_padded
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    eos = tok.eos_token_id
-    kw = pure_generation_kwargs(do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0)
-    gen = torch.Generator().manual_seed(int(seed))
-    out = []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        T = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), T), pad, dtype=torch.long)
-        am = torch.zeros(len(chunk), T, dtype=torch.long)
-        for j, p in enumerate(chunk):
-            ids[j, T - len(p) :] = torch.tensor(p)
-            am[j, T - len(p) :] = 1
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-        rows = model.generate(input_ids=ids, attention_mask=am, max_new_tokens=max_new_tokens, pad_token_id=pad, **kw)[
-            :, T:
-        ]
-        for row in rows.tolist():
-            if eos is not None and eos in row:
-                row = row[: row.index(eos) + 1]
-            while row and row[-1] == pad and pad != eos:
-                row.pop()
-            out.append(row)
-    return out
+    return generate_left_padded(
+        model,
+        prompts,
+        pad_id=pad,
+        eos_id=tok.eos_token_id,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        batch_size=batch_size,
+    )
 
 
 def decode(tok, rows: list[list[int]]) -> list[str]:
@@ -354,13 +342,7 @@ def llm_judge(model, tok, requests: list[str], responses: list[str], batch_size:
     prompts = [chat_ids(tok, None, JUDGE_TEMPLATE.format(request=q, response=r)) for q, r in zip(requests, responses)]
     out = []
     for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        T = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), T), pad, dtype=torch.long)
-        am = torch.zeros(len(chunk), T, dtype=torch.long)
-        for j, p in enumerate(chunk):
-            ids[j, T - len(p) :] = torch.tensor(p)
-            am[j, T - len(p) :] = 1
+        ids, am = left_pad(prompts[i : i + batch_size], pad)
         logits = model(input_ids=ids, attention_mask=am, use_cache=False, logits_to_keep=1).logits[:, -1, :].float()
         out.append(torch.softmax(logits[:, [yes, no]], -1)[:, 0])
     return torch.cat(out).numpy() if out else np.zeros(0)
