@@ -22,7 +22,8 @@ from iclr26.vif.method import UNIMODAL, Morphology
 from iclr26.vif.tiny import Relay, TinyVLM, freeze_for, type_masks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-CFG = config_for("smoke")
+# the window context (four fixed message slots): the layouts below are written for it
+CFG = replace(config_for("smoke"), data=replace(config_for("smoke").data, context="window"))
 
 
 def _model(seed=0):

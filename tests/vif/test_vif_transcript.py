@@ -16,7 +16,7 @@ from iclr26.vif.mas import Episodes, run_mas
 from iclr26.vif.tiny import TinyVLM, freeze_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-SMOKE = config_for("smoke")
+SMOKE = replace(config_for("smoke"), data=replace(config_for("smoke").data, context="window"))
 CFG = replace(SMOKE, data=replace(SMOKE.data, context="transcript"))
 
 
@@ -37,7 +37,7 @@ def test_transcript_by_hand():
 
 
 def test_agent_instruction_window_keeps_the_last_slots_and_transcript_grows():
-    win = DataConfig(max_msgs=4)
+    win = DataConfig(max_msgs=4, context="window")
     five = np.array([[YES, NO, YES, NO, NO]] * 2)
     q0 = QUESTION0 + 5
     assert agent_instruction(_Q, five, win)[0].tolist() == [q0, NO, YES, NO, NO]
