@@ -13,7 +13,8 @@ Layers, outermost first (``isolation="kernel"``, the default):
    works as root or, with unprivileged user namespaces, as any user): the child runs in fresh mount,
    network, PID, IPC and UTS namespaces. No network at all (a new network namespace, and no socket
    syscalls); every mount read-only and nosuid, with a private size-capped tmpfs on /tmp as the only
-   writable place (the work dir: ``max_disk_bytes``); /etc/shadow-like files and every entry of the home
+   writable place (the work dir: ``max_disk_bytes``; the host's /tmp is not visible, only folders of the
+   import path under it are bound in read-only); /etc/shadow-like files and every entry of the home
    directories that is not on the import path (keys, tokens, shell history), and /run, mounted over with
    empty ones; a /dev with only null, zero, full, random and urandom;
    a fresh /proc that shows only the sandbox's processes. The code runs in a worker whose PID-namespace
@@ -52,9 +53,12 @@ Layers, outermost first (``isolation="kernel"``, the default):
 
 Persistent mode (:class:`SandboxServer`): one such child serves many calls (an RL reward function called
 every step) as a fork-server: the worker never runs untrusted code; each request runs in a fresh fork of
-it (definitions replayed first, the work dir cleared afterwards; in kernel mode the fork stacks the full
-seccomp filter over the worker's, which allows only the fork itself), so nothing one call changes
-(module patches, stashed state, files, a replaced handler) reaches the next. The child is killed and
+it (definitions replayed first, the files the call added to the work dir removed afterwards; in kernel mode
+the fork stacks the full seccomp filter over the worker's, which allows only the fork itself), so nothing
+one call changes (module patches, stashed state, files, a replaced handler) reaches the next. The fork for
+the next call (a spare) is made while the current call runs, locked down at once, and released only after
+the current fork has exited and been cleaned up; it then reads its request, replays the definitions and
+serves it, so a caller that does other work between calls does not wait for ``fork()``. The child is killed and
 replaced after any violation, timeout, crash, memory error or bad result.
 
 No code of the source runs while the worker is trusted: exception text and result conversion happen

@@ -640,6 +640,7 @@ def child_main() -> None:
             _serve_forked(worker, cfg, definitions, req, out_fd)
             if req["op"] == "exec" and req["keep"]:
                 definitions = req
+                _spare_loop(worker, cfg, definitions, out_fd)  # never returns: spares read the next requests
             continue
         else:
             body = _encode_untrusted(worker.jail, _handle(worker, cfg, req), int(cfg["max_output"]))
@@ -679,6 +680,25 @@ def _clear_dir(path: str) -> None:
             pass
 
 
+def _lock_down_fork(cfg: dict) -> None:
+    """In a fresh fork, before anything untrusted: no process creation from here on."""
+    if cfg["mode"] == "kernel":
+        kernel.install_seccomp()  # the full filter on top of the fork-server's: no fork from here on
+    else:
+        _lower_limits((resource.RLIMIT_NPROC, 0))
+
+
+def _serve_in_fork(worker: _Worker, cfg: dict, definitions: dict | None, req: dict, out_fd: int) -> None:
+    """Replay the definitions (their output is dropped unless they fail), serve ``req``, write its frame."""
+    env = None
+    if definitions is not None:
+        env = _handle(worker, cfg, {**definitions, "call": None, "result_name": None})
+        worker.jail.trusted = True
+        env = None if env["ok"] else env
+    body = _encode_untrusted(worker.jail, env or _handle(worker, cfg, req), int(cfg["max_output"]))
+    _write_all(out_fd, req["nonce"] + _HDR.pack(len(body)) + body)
+
+
 def _serve_forked(worker: _Worker, cfg: dict, definitions: dict | None, req: dict, out_fd: int) -> None:
     """Fork-server (SandboxServer): every request runs in a fresh fork of this never-tainted process, so
     nothing one call does to modules, builtins, files of the worker's memory or the handler survives it.
@@ -688,21 +708,64 @@ def _serve_forked(worker: _Worker, cfg: dict, definitions: dict | None, req: dic
     if pid == 0:
         code = 0
         try:
-            if cfg["mode"] == "kernel":
-                kernel.install_seccomp()  # the full filter on top of the fork-server's: no fork from here on
-            else:
-                _lower_limits((resource.RLIMIT_NPROC, 0))
-            env = None
-            if definitions is not None:
-                env = _handle(worker, cfg, {**definitions, "call": None, "result_name": None})
-                worker.jail.trusted = True
-                env = None if env["ok"] else env
-            body = _encode_untrusted(worker.jail, env or _handle(worker, cfg, req), int(cfg["max_output"]))
-            _write_all(out_fd, req["nonce"] + _HDR.pack(len(body)) + body)
+            _lock_down_fork(cfg)
+            _serve_in_fork(worker, cfg, definitions, req, out_fd)
         except BaseException:
             code = 70
         os._exit(code)
     _, status = os.waitpid(pid, 0)
+    _after_fork(cfg, before, status)
+
+
+_SPARE_EOF = 3  # a spare's exit code when the parent closed the request pipe
+
+
+def _spare_loop(worker: _Worker, cfg: dict, definitions: dict, out_fd: int) -> None:
+    """Fork-server with a spare: the fork that will serve the next request is made (and locked down) while
+    the current one serves, so a call does not wait for ``fork()``. Each spare blocks on its own go-pipe;
+    the worker writes it only after the previous fork has exited and the files it added are removed, so
+    at most one fork runs code at a time and every call still starts from the definitions alone. The
+    spare then reads its request itself (the worker no longer reads stdin), replays the definitions and
+    serves it."""
+    spare = _fork_spare(worker, cfg, definitions, out_fd)
+    while True:
+        pid, go = spare
+        before = _entries(cfg["workdir"])
+        os.write(go, b"g")
+        os.close(go)
+        spare = _fork_spare(worker, cfg, definitions, out_fd)  # made while this call runs
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == _SPARE_EOF:
+            os._exit(0)  # the next spare sees its go-pipe close and exits too
+        _after_fork(cfg, before, status)
+
+
+def _fork_spare(worker: _Worker, cfg: dict, definitions: dict, out_fd: int) -> tuple[int, int]:
+    """A locked-down fork waiting for its go signal: (pid, write end of its go-pipe)."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(rfd)
+        return pid, wfd
+    os.close(wfd)
+    code = 0
+    try:
+        _lock_down_fork(cfg)
+        if os.read(rfd, 1) != b"g":  # the worker is gone (or exiting): nothing to serve
+            os._exit(0)
+        os.close(rfd)
+        req = _read_msg()
+        if req is None:
+            os._exit(_SPARE_EOF)
+        _serve_in_fork(worker, cfg, definitions, req, out_fd)
+    except BaseException:
+        code = 70
+    os._exit(code)
+
+
+def _after_fork(cfg: dict, before: set[str], status: int) -> None:
+    """After a fork served one request: remove what it added to the work dir; if it died without a result,
+    die the same way (the parent classifies the worker's death)."""
     # files of one call do not reach the next (the definitions are replayed): what the call added is removed;
     # entries present before it are left alone (never walk a large or read-only tree on every call)
     for name in _entries(cfg["workdir"]) - before:
