@@ -130,7 +130,7 @@ class ConformerConfig:
     n_eval: evaluation samples per method.
     ode_steps: Euler steps of the evaluation sampler.
     vendi_n: samples used for the conformer Vendi score.
-    threads: torch CPU threads.
+    threads: torch CPU threads of each T3 job (1: the jobs run side by side in ``workers`` processes).
     """
 
     smiles: str = "OCCO"
@@ -154,7 +154,7 @@ class ConformerConfig:
     n_eval: int = 2000
     ode_steps: int = 50
     vendi_n: int = 2000
-    threads: int = 2
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,7 @@ class RunConfig:
     t1: method settings of task T1.
     t2: method settings of task T2.
     t3: the conformer task (and the paper-scale conformer path).
+    workers: processes that run the (task, seed) jobs side by side (the numbers do not depend on it).
     """
 
     task: Literal["toys", "t3", "all"] = "all"
@@ -173,10 +174,12 @@ class RunConfig:
     t1: T1Methods = T1Methods()
     t2: T2Methods = T2Methods()
     t3: ConformerConfig = field(default_factory=ConformerConfig)
+    workers: int = 2
 
 
 def config_for(scale: str) -> RunConfig:
-    """smoke: tiny sizes, 2-D tasks only; small: the claim run; paper: conformers from a local file."""
+    """smoke: tiny sizes, 2-D tasks only, in-process; small: the claim run, jobs in 2 processes; paper:
+    conformers from a local file, in-process (one device)."""
     base = RunConfig()
     if scale == "smoke":
         tiny_am = AMConfig(n_traj=64, steps=20, n_datasets=1, grad_steps=5, batch_size=256)
@@ -205,7 +208,7 @@ def config_for(scale: str) -> RunConfig:
             vendi_n=100,
             threads=1,
         )
-        return replace(base, task="toys", toy=toy, t3=t3)
+        return replace(base, task="toys", toy=toy, t3=t3, workers=1)
     if scale == "paper":
-        return replace(base, task="t3")
+        return replace(base, task="t3", workers=1)
     return base

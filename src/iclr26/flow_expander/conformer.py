@@ -245,7 +245,7 @@ def conformer_methods(cfg: ConformerConfig) -> dict:
 
 def _conformer_data(cfg: ConformerConfig, seed: int, ctx: RunContext | None) -> tuple[np.ndarray, str]:
     if cfg.conformers:
-        path = ctx.require_path("t3.conformers") if ctx is not None else cfg.conformers
+        path = ctx.require_path("t3.conformers") if isinstance(ctx, RunContext) else cfg.conformers
         return load_conformers(path), str(cfg.conformers)
     pos = generate_conformers(cfg.smiles, cfg.n_conformers, seed, cfg.source, cfg.dihedral, cfg.dihedral_range)
     if pos.shape[0] < 10:
@@ -286,10 +286,12 @@ def _evaluate(model, cfg: ConformerConfig, truth: Verifier, weak: Verifier, n_at
     return out
 
 
-def run_conformer_seed(
-    cfg: ConformerConfig, seed: int, device: str = "cpu", ctx: RunContext | None = None
-) -> tuple[dict, str]:
-    """One seed of T3 / the paper path: data, FM pre-training, FDC / NSE / L-FE, evaluation of all four."""
+def run_conformer_seed(cfg: ConformerConfig, seed: int, device: str = "cpu", ctx=None) -> tuple[dict, str]:
+    """One seed of T3 / the paper path: data, FM pre-training, FDC / NSE / L-FE, evaluation of all four.
+
+    ctx: None, a RunContext, or any object with ``logger(series) -> log(step, **scalars)`` (e.g. the
+    experiment's per-job recorder in a worker process); a RunContext also resolves ``t3.conformers``.
+    """
     pos, source = _conformer_data(cfg, seed, ctx)
     n_atoms = pos.shape[1]
     truth, weak = _verifiers(cfg, n_atoms)
@@ -317,12 +319,20 @@ def _evaluate_data(pos: np.ndarray, cfg: ConformerConfig) -> dict:
 
 
 def run_conformers(ctx: RunContext, cfg: ConformerConfig) -> tuple[dict, dict, dict, list[str]]:
-    """All seeds of T3; returns (metrics, measured {"C3": ...}, tables, notes)."""
+    """All seeds of T3 in this process; returns (metrics, measured {"C3": ...}, tables, notes).
+    (The registered run dispatches the seeds as jobs and calls :func:`summarise_conformers`.)"""
     per_seed, source = [], ""
     with torch_threads(cfg.threads):
         for seed in ctx.progress(ctx.seeds, desc="T3 seeds"):
             m, source = run_conformer_seed(cfg, seed, ctx.device, ctx)
             per_seed.append(m)
+    return summarise_conformers(ctx, cfg, per_seed, source)
+
+
+def summarise_conformers(
+    ctx: RunContext, cfg: ConformerConfig, per_seed: list[dict], source: str
+) -> tuple[dict, dict, dict, list[str]]:
+    """Per-seed T3 metrics (in the order of ``ctx.seeds``) to (metrics, measured {"C3": ...}, tables, notes)."""
     names = ["PRE", *T3_METHODS]
     keys = [k for k in per_seed[0]["PRE"]]
     metrics = {"T3": {n: {k: [m[n][k] for m in per_seed] for k in per_seed[0][n]} for n in [*names, "data"]}}

@@ -5,19 +5,24 @@ Scales (``config.config_for``):
   small  T1 + T2 + T3, seeds (0, 1, 2); claims C1, C2, C3 (T3 needs RDKit: ``pip install 'iclr26[chem]'``);
   paper  the conformer path from a LOCAL file (``--set t3.conformers=PATH.npy --set t3.smiles=...``).
 Every setting is a field of :class:`~iclr26.flow_expander.config.RunConfig` (``--show-config``, ``--set``).
+
+A run is a list of independent jobs, one per (task, seed): each builds its data, pre-trains its flow and runs
+every method of its task from its own seeds, so ``workers`` processes (``core.parallel.seed_map``) give the
+same numbers as one; per-step curves are recorded in the job and written to ``metrics.jsonl`` by the parent.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from functools import partial
 
 import numpy as np
 import torch
 
 from iclr26.core.experiment import Claim, Experiment, ExperimentError, RunContext, RunOutput, mean_std
-from iclr26.core.parallel import torch_threads
+from iclr26.core.parallel import seed_map, torch_threads
 from iclr26.core.report import markdown_table, save_fig
 
 from .config import MethodSettings, RunConfig, T1Methods, T2Methods, ToyConfig, config_for
@@ -170,22 +175,83 @@ def _summarise(per_seed: dict, seeds) -> tuple[dict, dict]:
     return metrics, tables
 
 
-def run_toys(ctx: RunContext, cfg: RunConfig) -> tuple[dict, dict, dict, list[str]]:
-    """T1 and T2 on every seed; returns (metrics, measured {"C1", "C2"}, tables, notes)."""
-    toy = cfg.toy
-    specs = (("T1", make_t1, toy_methods(cfg.t1, T1_NAMES, toy)), ("T2", make_t2, toy_methods(cfg.t2, T2_NAMES, toy)))
-    per_seed: dict = {"T1": [], "T2": []}
-    first_samples = {}
+class JobRecorder:
+    """The part of :class:`RunContext` a job uses (``device``, ``log``, ``logger``), recording the rows so a
+    worker process can hand them back; the parent replays them into ``metrics.jsonl`` (:func:`replay`)."""
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
+        self.rows: list[tuple[int, str, dict]] = []
+
+    def log(self, step: int, *, series: str = "train", **scalars) -> None:
+        self.rows.append((int(step), str(series), scalars))
+
+    def logger(self, series: str):
+        def log(step: int, **scalars) -> None:
+            self.log(step, series=series, **scalars)
+
+        return log
+
+
+def replay(ctx: RunContext, rows: list[tuple[int, str, dict]]) -> None:
+    """Write a job's recorded rows to the run's ``metrics.jsonl`` in their original order."""
+    for step, series, scalars in rows:
+        ctx.log(step, series=series, **scalars)
+
+
+TOY_TASKS = {"T1": (make_t1, "t1", T1_NAMES), "T2": (make_t2, "t2", T2_NAMES)}
+
+
+def run_job(job: tuple[str, int], cfg: RunConfig, device: str = "cpu") -> tuple[tuple, list]:
+    """One (task, seed) job: T1 / T2 give (metrics, samples), T3 gives (metrics, data source); with the
+    recorded log rows. Module level, so jobs can run in worker processes."""
+    tname, seed = job
+    rec = JobRecorder(device)
+    if tname == "T3":
+        from .conformer import run_conformer_seed
+
+        with torch_threads(cfg.t3.threads):
+            return run_conformer_seed(cfg.t3, seed, device, rec), rec.rows
+    maker, field_name, names = TOY_TASKS[tname]
     # tiny 2-D MLPs: one thread is as fast as two under contention (the count is restored afterwards)
-    with torch_threads(toy.threads):
-        for seed in ctx.progress(ctx.seeds, desc="T1/T2 seeds"):
-            for tname, maker, methods in specs:
-                task = maker(toy.n_data, seed)
-                m, samples = run_task(task, methods, toy, seed, ctx)
-                per_seed[tname].append(m)
-                first_samples.setdefault(tname, (task, samples))
-    for tname, (task, samples) in first_samples.items():
-        plot_samples(ctx.figure_path(f"samples_{tname}"), task, samples)
+    with torch_threads(cfg.toy.threads):
+        task = maker(cfg.toy.n_data, seed)
+        return run_task(task, toy_methods(getattr(cfg, field_name), names, cfg.toy), cfg.toy, seed, rec), rec.rows
+
+
+def run_jobs(ctx: RunContext, cfg: RunConfig, tasks: list[str]) -> dict[str, list[tuple]]:
+    """Every (task, seed) job of ``tasks``, T3 first (the longest), over ``cfg.workers`` processes; returns
+    {task: [job output per seed, in the order of ctx.seeds]} and writes each job's log rows to the run."""
+    jobs = [(t, seed) for t in ("T3", "T1", "T2") if t in tasks for seed in ctx.seeds]
+    try:
+        outs = seed_map(
+            partial(run_job, cfg=cfg, device=str(ctx.device)),
+            jobs,
+            workers=cfg.workers,
+            threads_per_worker=1,
+            progress=ctx.progress,
+            desc="FE jobs (task, seed)",
+        )
+    except RuntimeError as exc:  # a worker's ExperimentError keeps its one-line CLI form
+        if isinstance(exc.__cause__, ExperimentError):
+            raise ExperimentError(str(exc)) from exc
+        raise
+    by_job = dict(zip(jobs, outs, strict=True))
+    for seed in ctx.seeds:  # metrics.jsonl rows in the order of the sequential run
+        for t in ("T1", "T2"):
+            if t in tasks:
+                replay(ctx, by_job[(t, seed)][1])
+    for seed in ctx.seeds if "T3" in tasks else ():
+        replay(ctx, by_job[("T3", seed)][1])
+    return {t: [by_job[(t, seed)][0] for seed in ctx.seeds] for t in tasks}
+
+
+def summarise_toys(ctx: RunContext, cfg: RunConfig, outs: dict[str, list[tuple]]) -> tuple[dict, dict, dict, list[str]]:
+    """T1 and T2 job outputs (per seed) to (metrics, measured {"C1", "C2"}, tables, notes)."""
+    per_seed: dict = {tname: [m for m, _ in outs[tname]] for tname in ("T1", "T2")}
+    for tname in ("T1", "T2"):
+        task = TOY_TASKS[tname][0](cfg.toy.n_data, ctx.seeds[0])  # the first seed's task, for the figure's frame
+        plot_samples(ctx.figure_path(f"samples_{tname}"), task, outs[tname][0][1])
     plot_iteration_curves(ctx.figure_path("entropy_validity_vs_iteration"), per_seed)
     metrics, tables = _summarise(per_seed, ctx.seeds)
     t1, t2 = per_seed["T1"], per_seed["T2"]
@@ -234,17 +300,26 @@ def run(ctx: RunContext) -> RunOutput:
         raise ExperimentError(f"--set device={ctx.device}: this torch cannot use that device ({exc})") from exc
     metrics: dict = {"seeds": list(ctx.seeds), "device": str(ctx.device)}
     measured, tables, notes, gates = {}, {}, [], []
-    if cfg.task in ("toys", "all"):
-        m, c, t, n = run_toys(ctx, cfg)
+    tasks = (["T1", "T2"] if cfg.task in ("toys", "all") else []) + (["T3"] if cfg.task in ("t3", "all") else [])
+    if "T3" in tasks:
+        from .conformer import require_rdkit
+
+        if cfg.t3.validity == "rdkit" or not cfg.t3.conformers:
+            try:
+                require_rdkit()
+            except ImportError as exc:  # RDKit missing: a one-line CLI error with the install hint
+                raise ExperimentError(str(exc)) from exc
+        if cfg.t3.conformers:  # resolved here: jobs may run in worker processes without the context
+            cfg = replace(cfg, t3=replace(cfg.t3, conformers=str(ctx.require_path("t3.conformers"))))
+    outs = run_jobs(ctx, cfg, tasks)
+    if "T1" in tasks:
+        m, c, t, n = summarise_toys(ctx, cfg, outs)
         metrics.update(m), measured.update(c), tables.update(t), notes.extend(n)
         gates.append(m["toy_competence_gate"])
-    if cfg.task in ("t3", "all"):
-        from .conformer import run_conformers
+    if "T3" in tasks:
+        from .conformer import summarise_conformers
 
-        try:
-            m, c, t, n = run_conformers(ctx, cfg.t3)
-        except ImportError as exc:  # RDKit missing: a one-line CLI error with the install hint
-            raise ExperimentError(str(exc)) from exc
+        m, c, t, n = summarise_conformers(ctx, cfg.t3, [m for m, _ in outs["T3"]], outs["T3"][-1][1])
         metrics.update(m), measured.update(c), tables.update(t), notes.extend(n)
         gates.append(m["T3_competence_gate"])
     metrics["competence_gate"] = {
