@@ -89,7 +89,9 @@ class RunConfig:
     rollout: generation settings shared by all methods (insertion is set per method: released / off / learned).
     eval: rollout horizon and statistics window.
     threads: TinyTown scales: torch threads per seed (restored after the run).
-    workers: TinyTown scales: seeds run in this many worker processes (the numbers do not depend on it).
+    workers: TinyTown scales: seeds run in this many worker processes (the numbers do not depend on it); 3 at
+        small scale, one per default seed, so on 2 cores the third seed shares them instead of running alone
+        after the first two.
     paper: paper scale: the ScenarioNet data.
     """
 
@@ -102,7 +104,7 @@ class RunConfig:
     rollout: RolloutConfig = RolloutConfig()
     eval: EvalConfig = EvalConfig()
     threads: int = 1
-    workers: int = 2
+    workers: int = 3
     paper: PaperConfig = PaperConfig()
 
 
