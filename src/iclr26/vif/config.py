@@ -144,8 +144,9 @@ class DataConfig:
     occluded_share: share of the ViF / baseline finetuning data with occluded views.
     visible_cells: cells an agent sees in an occluded view (the rest are black).
     context: what an agent reads of the earlier turns: "window" (the last max_msgs answers in fixed,
-        NONE-padded slots: the context never grows) or "transcript" (the full, growing transcript, one
-        entry "question, answer" per earlier turn, as a multi-agent chain passes every response on).
+        NONE-padded slots: the context never grows; the first design) or "transcript" (default: the
+        full, growing transcript, one entry "question, answer" per earlier turn, as a multi-agent chain
+        passes every response on; chosen by the README's pilot rule on seed 3).
     transcript_max: transcript context: training transcripts hold K ~ U{0..transcript_max} entries (one
         K per batch); must be at least eval.turns - 1.
     """
@@ -158,7 +159,7 @@ class DataConfig:
     max_msgs: int = 4
     occluded_share: float = 0.5
     visible_cells: int = 8
-    context: Literal["window", "transcript"] = "window"
+    context: Literal["window", "transcript"] = "transcript"
     transcript_max: int = 7
 
     def __post_init__(self) -> None:
