@@ -14,6 +14,7 @@ from iclr26.apt.train_eval import batch_of, training_pairs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CFG = DataConfig(n_train=200, n_val=5, n_test=5)
+UNION = CFG.feat_dim + (384 if CFG.text_align > 0 else 0)  # union features plus the aligned channel
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,7 @@ def _model(variant, **kw):
         APTConfig(hidden=16, rcg_hidden=8, frf_hidden=8, **kw),
         HeadConfig(width=16, sem_dim=8),
         64,
+        UNION,
     )
 
 
@@ -96,7 +98,7 @@ def test_frozen_tables_bit_identical_after_training(data, variant):
 
 def test_apt_prototype_fold_equals_explicit_embeddings(data):
     m = _model("apt")
-    ctx = torch.cat([data.train.pair_union[:5], data.train.pair_geo[:5]], -1)
+    ctx = torch.cat([batch_of(data.train, torch.arange(5))["union"], data.train.pair_geo[:5]], -1)
     explicit = m.w_p(m.pred_apt.all_classes(ctx, "general"))
     assert torch.allclose(m.prototypes(ctx), explicit, atol=1e-5)
 

@@ -97,7 +97,8 @@ class DataConfig:
         tail predicate had a strong cue and B0 recalled all of them.
     text_align: strength a of the language-aligned (CLIP-like) union channel t = a·√D·e(p) + ε, ε ~ N(0, I):
         e(p) is the frozen MiniLM vector of the predicate annotated on the unordered pair (0 if none); 0 turns
-        the channel off (the world before it). See shapes_sg.py.
+        the channel off (the world before it). See shapes_sg.py. 0.1 was picked on pilot seed 100 by the
+        rule in the README (largest candidate with B0 R@20 >= 65 and head - tail R@20 >= 20).
     world_seed: seed of the fixed random 'detector' MLPs (the same world for every run seed).
     """
 
@@ -112,7 +113,7 @@ class DataConfig:
     feat_dim: int = 64
     feat_noise: float = 0.3
     cue_strength: float = 0.1
-    text_align: float = 0.0
+    text_align: float = 0.1
     world_seed: int = 0
 
 
