@@ -212,6 +212,10 @@ def test_sampling_logits_equal_teacher_forced_logits_on_a_real_architecture():
     from iclr26.core.hf import tiny_random_causal_lm
 
     model, tok = tiny_random_causal_lm(arch="llama", hidden=32, layers=2, heads=2, max_positions=256, seed=3)
+    with torch.no_grad():  # sharp attention, so that a wrong position or cache entry changes the logits
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(40.0)
+            layer.self_attn.k_proj.weight.mul_(40.0)
     probs = make_problems(3, 2, random.Random(4))
     assert len({len(p.question) for p in probs}) > 1  # the prompts get left padding
     for t in (0.7, 1.4):
@@ -243,3 +247,19 @@ def test_run_seed_end_to_end_on_a_tiny_llama_with_lora(tmp_path):
     assert out["clamped"] == "low"  # a random model's H_T is far above 0.3 at every T
     assert {"load", "calibration", "fresh", "eval_init", "rl T*", "eval T=1.0"} <= set(out["timings"])
     assert out["timings"]["calibration_evals"] == len(rc.temperatures) + 1
+
+
+def test_a_finished_rollout_is_padded_and_counted_up_to_its_first_eos_only():
+    z = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.5])  # EOS (5) is the likeliest token
+    lm, tok = FakeLM(z), FakeTok()
+    ro = sample(lm, tok, make_problems(2, 1, random.Random(0)), 1.0, 8, 6, 0, entropy=True)
+    resp = ro.sequences[:, ro.prompt_len :]
+    first = (resp == 5).long().argmax(1)
+    assert (~ro.truncated).sum() >= 12 and ro.response_mask.sum() < resp.numel()
+    for row, f in zip(resp, first, strict=True):
+        if (row == 5).any():
+            assert (row[f:] == 5).all()  # pad after EOS, nothing sampled after it
+    want = [int(f) + 1 if (r == 5).any() else r.numel() for r, f in zip(resp, first, strict=True)]
+    assert ro.response_mask.sum(1).tolist() == want
+    h = rollout_entropy_at(lm, tok, make_problems(2, 1, random.Random(0)), 1.0, 8, 6, 0)
+    assert h == pytest.approx(float(token_entropy(z, 1.0)), abs=1e-5)
