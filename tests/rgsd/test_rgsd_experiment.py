@@ -79,7 +79,11 @@ def test_claim_rules():
 
 @pytest.mark.parametrize(
     "key,value,match",
-    [("method.kappa", "0", "kappa"), ("method.p", "1.5", "p must be"), ("method.kappa", "-2", "kappa")],
+    [
+        ("method.kappa", "0", "kappa"),
+        ("method.p", "1.5", r"method.p=1.5: must be in \[0"),
+        ("method.kappa", "-2", "kappa"),
+    ],
 )
 def test_bad_settings_raise_before_training(tmp_path, key, value, match):
     with pytest.raises(ValueError, match=match):

@@ -178,6 +178,9 @@ class _Jail:
     def __init__(self, allowed: frozenset, workdir: str, read_roots: tuple) -> None:
         self.allowed, self.workdir, self.violation = allowed, os.path.realpath(workdir), None
         self.read_roots = tuple(os.path.join(os.path.realpath(p), "") for p in read_roots)
+        # host folders that lie inside the work dir (kernel mode: import paths under /tmp stay visible, read-only,
+        # inside the private /tmp) are host files, not the sandbox's own: reads only as import roots, never open()
+        self.host_roots = tuple(r for r in self.read_roots if r.startswith(self.workdir + os.sep))
         self.stdout, self.displayed, self.written, self.trusted = _Capture(0), [], set(), True
         names = (
             "eval exec compile open input breakpoint globals locals vars getattr setattr delattr "
@@ -207,6 +210,10 @@ class _Jail:
         self.numpy_dir = (
             os.path.join(os.path.dirname(os.path.realpath(spec.origin)), "") if spec and spec.origin else None
         )
+
+    def in_workdir(self, full: str) -> bool:
+        """``full`` (a real path) is the sandbox's own: below the work dir and not in a host folder kept there."""
+        return full.startswith(self.workdir + os.sep) and not (full + os.sep).startswith(self.host_roots)
 
     def deny(self, kind: str, message: str) -> None:
         self.violation = self.violation or (kind, message)  # sticky, even if user code catches it
@@ -243,7 +250,7 @@ class _Jail:
         write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
         )
-        if full.startswith(self.workdir + os.sep):
+        if self.in_workdir(full):
             if write:
                 self.written.add(full)
                 if len(self.written) > _MAX_FILES:
@@ -339,7 +346,7 @@ class _Jail:
         if not isinstance(file, str):
             self.deny("SecurityViolation", "open() only accepts str paths inside the sandbox directory")
         full = os.path.realpath(os.path.join(self.workdir, file))
-        if not full.startswith(self.workdir + os.sep):
+        if not self.in_workdir(full):
             self.deny("SecurityViolation", f"open() outside the sandbox directory is not allowed: {file!r}")
         if isinstance(mode, str) and set(mode) & set("wax+"):
             self.written.add(full)
