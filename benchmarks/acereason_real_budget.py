@@ -13,6 +13,9 @@ import math
 
 from iclr26.acereason.config import RealConfig
 
+# the sizes committed before the rule (RealConfig's defaults are now the sizes the rule chose)
+COMMITTED = {"max_iter": 6, "steps": 4, "n_eval": 16, "eval_chunk": 4, "calib_prompts": 4}
+
 
 def per_seed(t: dict, rc: dict, arms: int) -> float:
     """Worst-case seconds of one seed at sizes ``rc`` from the pilot's per-piece timings ``t``."""
@@ -38,7 +41,7 @@ def choose(res: dict, budget: float) -> tuple[dict, float, list[str]]:
         "load": tm["load"],
         "calibration": tm["calibration"],
         "calibration_evals": tm["calibration_evals"],
-        "calib_prompts": d.calib_prompts,
+        "calib_prompts": COMMITTED["calib_prompts"],
         "fresh": tm["fresh"],
         "grid": len(d.temperatures),
         "c_eval": max(tm["eval_init"], *(tm[f"eval {a}"] for a in arm_names)),
@@ -46,7 +49,7 @@ def choose(res: dict, budget: float) -> tuple[dict, float, list[str]]:
     }
     startup = res["wall_seconds"] - o["seconds"]
     arms = len(arm_names)
-    rc = {k: getattr(d, k) for k in ("max_iter", "steps", "n_eval", "eval_chunk", "calib_prompts")}
+    rc = dict(COMMITTED)
 
     def total(r: dict) -> float:
         return 3 * per_seed(t, r, arms) + startup
@@ -73,8 +76,7 @@ def main() -> None:
     a = ap.parse_args()
     rc, _, log = choose(json.load(open(a.results)), a.budget)
     print("\n".join(log))
-    d = RealConfig()
-    print(" ".join(f"--set real.{k}={v}" for k, v in rc.items() if getattr(d, k) != v))
+    print(" ".join(f"--set real.{k}={v}" for k, v in rc.items() if COMMITTED[k] != v))
 
 
 if __name__ == "__main__":
