@@ -103,16 +103,19 @@ def vif_logit(agent: HFAgent, inputs: dict, vcfg: ViFConfig, row: int = -1) -> f
 
 
 def run_chain(
-    agent: HFAgent, row: Row, turns: int, vcfg: ViFConfig, use_vif: bool, seeded: bool, max_msgs: int = 4
+    agent: HFAgent, row: Row, turns: int, vcfg: ViFConfig, use_vif: bool, seeded: bool, max_msgs: int | None = None
 ) -> list[bool]:
-    """One episode: per-turn correctness of ``turns`` agents (agent 1 forced wrong when seeded)."""
+    """One episode: per-turn correctness of ``turns`` agents (agent 1 forced wrong when seeded). Each agent reads
+    the whole transcript of the earlier answers (``max_msgs`` None, as the paper's chains) or only the last
+    ``max_msgs`` of them (``data.context=window``)."""
     if row.error:
         raise ValueError(row.error)
     truth = row.answer == "yes"
     said: list[str] = []
     correct = []
     for t in range(turns):
-        inputs = agent.encode(agent_prompt(row.question, said[-max_msgs:]), row.image)
+        upstream = said if max_msgs is None else said[max(0, len(said) - max_msgs) :]
+        inputs = agent.encode(agent_prompt(row.question, upstream), row.image)
         logit = vif_logit(agent, inputs, vcfg, row.index) if use_vif else agent.logit(inputs)
         pred = logit > 0
         if seeded and t == 0:
@@ -122,14 +125,23 @@ def run_chain(
     return correct
 
 
-def evaluate_rows(agent: HFAgent, rows: list[Row], turns: int, vcfg: ViFConfig, rank: int = 0, world: int = 1) -> dict:
-    """Text-only and ViF chains on this rank's shard, seeded and natural; failed episodes listed."""
+def evaluate_rows(
+    agent: HFAgent,
+    rows: list[Row],
+    turns: int,
+    vcfg: ViFConfig,
+    rank: int = 0,
+    world: int = 1,
+    max_msgs: int | None = None,
+) -> dict:
+    """Text-only and ViF chains on this rank's shard, seeded and natural; failed episodes listed. ``max_msgs``:
+    see :func:`run_chain` (None: the whole transcript)."""
     out: dict = {"failed": []}
     for row in rows[rank::world]:
         for name, use_vif in (("text", False), ("vif", True)):
             for split in ("seeded", "natural"):
                 try:
-                    res = run_chain(agent, row, turns, vcfg, use_vif, split == "seeded")
+                    res = run_chain(agent, row, turns, vcfg, use_vif, split == "seeded", max_msgs)
                 except Exception as exc:  # a bad row is a failed episode; the run continues
                     out["failed"].append(
                         {"row": row.index, "variant": f"{name}_{split}", "error": f"{type(exc).__name__}: {exc}"}
@@ -190,7 +202,8 @@ def run_paper(ctx: RunContext) -> RunOutput:
         raise ExperimentError(f"cannot load a VLM from {model_path}: {type(exc).__name__}: {first}") from exc
     rows = load_pope(data_path, cfg.image_root or None)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    out = evaluate_rows(agent, rows, cfg.eval.turns, cfg.vif, rank, world)
+    window = cfg.data.max_msgs if cfg.data.context == "window" else None  # transcript (default): every answer
+    out = evaluate_rows(agent, rows, cfg.eval.turns, cfg.vif, rank, world, window)
     if world > 1:
         import torch.distributed as dist
 
