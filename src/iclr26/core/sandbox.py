@@ -626,9 +626,12 @@ class SandboxServer:
     functions with new arguments, :meth:`run` runs another snippet in a fresh namespace (modules and the
     definitions stay). Each call has its own ``limits.timeout_s``. After a violation, timeout, crash,
     memory error, oversized or refused result, the child is killed; the next call starts a fresh one
-    (:attr:`restarts` counts them). Every call starts from the state right after the definitions (a fresh
-    fork): nothing a call changes (module state, globals, files) is seen by the next. Thread-safe (calls are
-    serialised); use one server per worker thread for parallelism.
+    (:attr:`restarts` counts them). With ``fresh="call"`` (default) every call starts from the state right
+    after the definitions (a fresh fork): nothing a call changes (module state, globals, files) is seen by the
+    next. ``fresh="draft"`` keeps one child per server (per draft): calls share its state, so a draft's calls
+    may see what its earlier calls changed, never another draft's; for code called thousands of times (a
+    reward inside an RL loop), where a fork and the replay of the definitions per call dominate the cost.
+    Thread-safe (calls are serialised); use one server per worker thread for parallelism.
     """
 
     def __init__(
@@ -640,7 +643,11 @@ class SandboxServer:
         allowed_imports: Sequence[str] = DEFAULT_ALLOWED_IMPORTS,
         limits: SandboxLimits = SandboxLimits(),
         isolation: str | None = None,
+        fresh: str = "call",
     ) -> None:
+        if fresh not in ("call", "draft"):
+            raise ValueError(f"fresh must be 'call' or 'draft', got {fresh!r}")
+        self.fresh = fresh
         self.tools, self.inputs = dict(tools or {}), dict(inputs or {})
         self.mode = _check_setup(self.tools, allowed_imports, limits, isolation)
         _check_inputs(self.inputs, self.tools)
@@ -678,7 +685,7 @@ class SandboxServer:
         if self.definition is not None and not self.definition.ok:
             return self.definition  # the same source would fail the same way
         try:
-            child = _Child(self.mode, self.tools, self.allowed, self.limits, fork=True)
+            child = _Child(self.mode, self.tools, self.allowed, self.limits, fork=self.fresh == "call")
         except OSError as e:
             return SandboxResult(False, error="Crashed", message=f"could not start the sandbox process: {e}")
         self._child = child

@@ -112,8 +112,12 @@ class SandboxedReward:
         user = {k: v for k, v in funcs.items() if k != "rosetta_step"}
         self.source, self.spans = assemble({**user, "rosetta_step": HARNESS.strip()})
         self.funcs = user
-        # python-only only when the user allowed it (IsolationRefused otherwise): the code is model-written
-        self.server = SandboxServer(self.source, limits=limits, isolation=model_code_isolation(isolation))
+        # python-only only when the user allowed it (IsolationRefused otherwise): the code is model-written.
+        # One child per draft (fresh="draft"): PPO calls it every step, and a fork plus the replay of the
+        # definitions per call made small's PPO several times slower; drafts never share a child.
+        self.server = SandboxServer(
+            self.source, limits=limits, isolation=model_code_isolation(isolation), fresh="draft"
+        )
 
     def close(self) -> None:
         self.server.close()
