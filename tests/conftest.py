@@ -102,6 +102,23 @@ def smollm2(smollm2_dir):
     return model, tok
 
 
+@pytest.fixture
+def penalised_chat_lm():
+    """A tiny random Llama with a chat template whose generation_config penalises repeats and truncates
+    sampling: 'greedy' decoding that inherits the config is not the argmax, pure decoding is."""
+    pytest.importorskip("torch")
+    from iclr26.core.hf import tiny_random_causal_lm
+
+    model, tok = tiny_random_causal_lm(arch="llama", seed=3)
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    model.generation_config.repetition_penalty = 20.0
+    model.generation_config.no_repeat_ngram_size = 1
+    model.generation_config.top_k = 3
+    model.generation_config.eos_token_id = None
+    return model, tok
+
+
 @pytest.fixture(scope="session")
 def minilm_dir():
     """Folder of all-MiniLM-L6-v2 (real sentence encoder)."""

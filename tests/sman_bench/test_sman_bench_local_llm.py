@@ -51,17 +51,9 @@ def test_local_model_acts_through_its_chat_template(smollm2):
     assert LLMAgent(chat_fn=broken).act(_obs()).kind == "invalid"
 
 
-def test_local_chat_is_pure_greedy_whatever_the_generation_config():
+def test_local_chat_is_pure_greedy_whatever_the_generation_config(penalised_chat_lm):
     torch = pytest.importorskip("torch")
-    from iclr26.core.hf import tiny_random_causal_lm
-
-    model, tok = tiny_random_causal_lm(arch="llama", seed=3)
-    if not getattr(tok, "chat_template", None):
-        tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
-    model.generation_config.repetition_penalty = 20.0
-    model.generation_config.no_repeat_ngram_size = 1
-    model.generation_config.top_k = 3
-    model.generation_config.eos_token_id = None
+    model, tok = penalised_chat_lm
     messages = [{"role": "user", "content": "Hello"}]
     out = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ids = start = out["input_ids"]

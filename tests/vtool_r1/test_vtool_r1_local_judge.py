@@ -23,17 +23,9 @@ def test_real_model_judges_with_a_digit(smollm2):
     assert broken("q", "7", "7") == 1.0 and broken.failures[0].startswith("local_model")  # heuristic, counted
 
 
-def test_local_judge_is_pure_greedy_whatever_the_generation_config():
+def test_local_judge_is_pure_greedy_whatever_the_generation_config(penalised_chat_lm):
     torch = pytest.importorskip("torch")
-    from iclr26.core.hf import tiny_random_causal_lm
-
-    model, tok = tiny_random_causal_lm(arch="llama", seed=3)
-    if not getattr(tok, "chat_template", None):
-        tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
-    model.generation_config.repetition_penalty = 20.0
-    model.generation_config.no_repeat_ngram_size = 1
-    model.generation_config.top_k = 3
-    model.generation_config.eos_token_id = None
+    model, tok = penalised_chat_lm
     enc = tok.apply_chat_template(
         judge_messages("q", "7", "7"), add_generation_prompt=True, return_tensors="pt", return_dict=True
     )
